@@ -1,15 +1,21 @@
-"""Group-relative advantage estimators, policy losses and the estimator registry (pure torch).
+"""Group-relative advantage estimators, policy losses and their registries (pure torch).
 
 No env imports here: rollouts reach this package as flat tensors (see ``docs/algorithms.md``).
-The trainer loop lives in ``stratagym.algorithms.trainer`` and is not imported here.
+The trainer loop lives in ``stratagym.training.trainer`` and is not imported here.
 """
 
 from stratagym.algorithms.advantages import (
     HADW,
     episode_returns,
     gigpo,
+    gpg,
     grpo,
+    grpo_passk,
     hgpo,
+    opo,
+    reinforce_pp,
+    reinforce_pp_baseline,
+    remax,
     rloo,
     step_returns,
     stratified,
@@ -25,27 +31,45 @@ from stratagym.algorithms.losses import (
 from stratagym.algorithms.registry import (
     AdvantageBatch,
     Estimator,
+    EstimatorModifier,
     get_estimator,
+    get_policy_loss,
     list_estimators,
+    list_modifiers,
+    list_policy_losses,
     register_estimator,
+    register_modifier,
+    register_policy_loss,
 )
 
 __all__ = [
     "HADW",
     "AdvantageBatch",
     "Estimator",
+    "EstimatorModifier",
     "agg_loss",
     "entropy_from_logits",
     "episode_returns",
     "get_estimator",
+    "get_policy_loss",
     "gigpo",
+    "gpg",
     "grpo",
+    "grpo_passk",
     "hgpo",
     "kl_penalty",
     "list_estimators",
+    "list_modifiers",
+    "list_policy_losses",
     "masked_mean",
+    "opo",
     "policy_loss",
     "register_estimator",
+    "register_modifier",
+    "register_policy_loss",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "remax",
     "rloo",
     "step_returns",
     "stratified",

@@ -15,6 +15,7 @@ See ``docs/algorithms.md`` for the definitions, the paper-vs-code options and th
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import deque
 from typing import Any, Optional
@@ -22,6 +23,14 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from .registry import (
+    AdvantageBatch,
+    EstimatorModifier,
+    batch_episode,
+    batch_returns,
+    register_estimator,
+    register_modifier,
+)
 from ._segment import (
     as_compute,
     check_ids,
@@ -41,6 +50,14 @@ __all__ = [
     "gigpo",
     "hgpo",
     "HADW",
+    "HADWEstimator",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "remax",
+    "opo",
+    "gpg",
+    "grpo_passk",
+    "whiten",
 ]
 
 _MODES = ("mean_norm", "mean_std_norm")
@@ -107,6 +124,26 @@ def rloo(rewards: Tensor, group: Tensor) -> Tensor:
     return (factor * dev).to(r.dtype)
 
 
+@register_estimator("grpo")
+def _grpo_entry(batch: AdvantageBatch, *, scale: str = "group", eps: float = 1e-6,
+                singleton: str = "zero") -> Tensor:
+    """GRPO (verl ``compute_grpo_outcome_advantage``): see :func:`grpo`."""
+    return grpo(batch.rewards, batch.group, scale=scale, eps=eps, singleton=singleton)
+
+
+@register_estimator("dr_grpo")
+def _dr_grpo_entry(batch: AdvantageBatch, *, scale: str = "none", eps: float = 1e-6,
+                   singleton: str = "zero") -> Tensor:
+    """Dr.GRPO: GRPO without the std division (verl ``norm_adv_by_std_in_grpo=False``)."""
+    return grpo(batch.rewards, batch.group, scale=scale, eps=eps, singleton=singleton)
+
+
+@register_estimator("rloo")
+def _rloo_entry(batch: AdvantageBatch) -> Tensor:
+    """RLOO (verl ``compute_rloo_outcome_advantage``): see :func:`rloo`."""
+    return rloo(batch.rewards, batch.group)
+
+
 # --------------------------------------------------------------------------- Stratified GRPO
 
 
@@ -153,6 +190,12 @@ def stratified(
     else:
         out = a * san + (1.0 - a) * gn
     return out.to(r.dtype)
+
+
+@register_estimator("stratified", requires={"search_count"}, fields=("rewards", "group", "stratum"))
+def _stratified_entry(batch: AdvantageBatch, *, alpha: float = 1.0, eps: float = 1e-6) -> Tensor:
+    """Stratified GRPO: see :func:`stratified`."""
+    return stratified(batch.rewards, batch.group, batch.stratum, alpha=alpha, eps=eps)
 
 
 # --------------------------------------------------------------------------- step returns
@@ -302,6 +345,15 @@ def gigpo(
     return (ep + float(omega) * st).to(er.dtype)
 
 
+@register_estimator("gigpo", level="step", requires={"state_hash"}, fields=("rewards", "group", "anchor"),
+                    derived=("returns", "episode"))
+def _gigpo_entry(batch: AdvantageBatch, *, omega: float = 1.0, mode: str = "mean_std_norm",
+                 eps: float = 1e-6, gamma: float = 0.95) -> Tensor:
+    """GiGPO on step rows: the trajectory total and the discounted step return per row."""
+    return gigpo(batch_episode(batch), batch_returns(batch, gamma), batch.group, batch.anchor,
+                 omega=omega, mode=mode, eps=eps)
+
+
 # --------------------------------------------------------------------------- HGPO
 
 
@@ -377,6 +429,216 @@ def hgpo(
         den.index_add_(0, rows, keep.to(x.dtype) * w)
     out = torch.where(den > 0, num / (den + eps), torch.zeros_like(num))
     return out.to(r.dtype)
+
+
+@register_estimator("hgpo", level="step", requires={"context_hashes"}, fields=("rewards", "group", "context"),
+                    derived=("returns",))
+def _hgpo_entry(batch: AdvantageBatch, *, alpha: float = 1.0, mode: str = "mean_std_norm",
+                eps: float = 1e-6, gamma: float = 0.95, weight_offset: float = 1.0,
+                base_group: bool = False) -> Tensor:
+    """HGPO on step rows; ``base_group`` adds the GiGPO episode term (needs trajectory totals)."""
+    ep = batch_episode(batch) if base_group else None
+    return hgpo(batch_returns(batch, gamma), batch.group, batch.context, alpha=alpha, mode=mode,
+                eps=eps, weight_offset=weight_offset, episode_rewards=ep)
+
+
+# --------------------------------------------------------------------------- critic-free (verl)
+#
+# verl's other outcome-reward estimators (``verl/trainer/ppo/core_algos.py`` at commit
+# b178a3cd56f58b2d502255daba591e92833930a7).  verl computes them on (B, T) token matrices whose
+# only non-zero reward is the last response token; here one row is one trajectory with its reward,
+# and ``lengths`` (the number of response tokens per row) restores verl's token weighting where it
+# matters (the batch whitening of REINFORCE++, OPO's baseline).
+
+
+def _singleton_check(singleton: str) -> None:
+    if singleton not in ("zero", "verl"):
+        raise ValueError(f"singleton must be 'zero' or 'verl', got {singleton!r}")
+
+
+def _weights(lengths: Optional[Tensor], n: int, x: Tensor) -> Tensor:
+    if lengths is None:
+        return torch.ones_like(x)
+    w = as_compute(check_rewards(lengths, "lengths", n)).to(x.device)
+    if bool((w < 0).any()):
+        raise ValueError("lengths must be >= 0")
+    return w
+
+
+def whiten(x: Tensor, lengths: Optional[Tensor] = None, *, eps: float = 1e-8) -> Tensor:
+    """verl ``masked_whiten`` of a per-row value broadcast over each row's tokens.
+
+    ``(x - mean) / sqrt(var + eps)`` over the whole batch, where each row counts ``lengths[i]``
+    times (its tokens; 1 each when ``lengths`` is None) and ``var`` is Bessel-corrected over the
+    total count ``W``: ``sum w (x - mean)^2 / (W - 1)``.  verl raises when ``W`` is 0 or 1; here
+    the result is then 0 (no spread to measure).  A batch whose rows all share one value gives 0.
+    """
+    r = check_rewards(x, "values")
+    n = r.shape[0]
+    if n == 0:
+        return r.clone()
+    v = as_compute(r)
+    w = _weights(lengths, n, v)
+    tot = w.sum()
+    if float(tot) <= 1.0 or float(v.max()) == float(v.min()):
+        return torch.zeros_like(v).to(r.dtype)
+    mean = (w * v).sum() / tot
+    dev = v - mean
+    var = (w * dev * dev).sum() / (tot - 1.0)
+    return (dev * torch.rsqrt(var + eps)).to(r.dtype)
+
+
+def reinforce_pp(rewards: Tensor, *, lengths: Optional[Tensor] = None, eps: float = 1e-8) -> Tensor:
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262, eq. 6-7; verl
+    ``compute_reinforce_plus_plus_outcome_advantage``): the reward whitened over the whole batch,
+    with no group baseline.  verl discounts token rewards with ``gamma`` before whitening; with an
+    outcome reward and verl's default ``gamma=1`` every token's return is the reward, which is
+    this (``lengths`` gives verl's token weighting).  ``gamma < 1`` over tokens is not offered."""
+    return whiten(rewards, lengths, eps=eps)
+
+
+def reinforce_pp_baseline(
+    rewards: Tensor, group: Tensor, *, lengths: Optional[Tensor] = None, eps: float = 1e-8,
+    singleton: str = "zero",
+) -> Tensor:
+    """REINFORCE++-baseline (arXiv 2501.03262; verl
+    ``compute_reinforce_plus_plus_baseline_outcome_advantage``): ``r - mean_g``, then whitened over
+    the batch (token-weighted by ``lengths``).  ``singleton``: ``"zero"`` gives a group of one
+    ``r - r = 0`` before whitening; ``"verl"`` uses verl's group mean 0 for it (``r`` itself)."""
+    _singleton_check(singleton)
+    r = check_rewards(rewards, "rewards")
+    n = r.shape[0]
+    g = check_ids(group, "group", n)
+    x = as_compute(r)
+    gi, ng = dense_ids(g.to(x.device))
+    cnt, _, dev, _ = segment_stats(x, gi, ng, ddof=0)
+    if singleton == "verl":
+        dev = torch.where((cnt == 1)[gi], x, dev)
+    return whiten(dev, lengths, eps=eps).to(r.dtype)
+
+
+def remax(rewards: Tensor, baseline: Tensor) -> Tensor:
+    """ReMax (Li et al. 2024, arXiv 2310.10505, Algorithm 1; verl ``compute_remax_outcome_advantage``):
+    ``r - b`` where ``b`` is the reward of the GREEDY rollout of the row's task.  The collector must
+    play one extra greedy episode per task and put its reward on every row of that task as
+    ``AdvantageBatch.baseline``; the greedy episode itself is not trained on (as verl)."""
+    r = check_rewards(rewards, "rewards")
+    b = check_rewards(baseline, "baseline", r.shape[0])
+    return (as_compute(r) - as_compute(b).to(r.device)).to(r.dtype)
+
+
+def opo(rewards: Tensor, group: Tensor, lengths: Tensor, *, singleton: str = "zero") -> Tensor:
+    """OPO (Hao et al. 2025, arXiv 2505.23585, eq. 9; verl ``compute_opo_outcome_advantage``):
+    ``r - b_g`` with the length-weighted group baseline ``b_g = sum_j l_j r_j / sum_j l_j`` (the
+    optimal baseline for on-policy updates under a token-sum loss).  ``singleton``: ``"zero"``
+    gives a group of one 0; ``"verl"`` uses verl's baseline 0 (``r``).  A group whose lengths sum
+    to 0 uses the plain mean (verl would divide by zero); a constant group gets exactly 0."""
+    _singleton_check(singleton)
+    r = check_rewards(rewards, "rewards")
+    n = r.shape[0]
+    g = check_ids(group, "group", n)
+    x = as_compute(r)
+    w = _weights(lengths, n, x)
+    gi, ng = dense_ids(g.to(x.device))
+    cnt, mean, _, _ = segment_stats(x, gi, ng, ddof=0)
+    wsum = torch.zeros(ng, dtype=x.dtype, device=x.device).index_add_(0, gi, w)
+    wx = torch.zeros(ng, dtype=x.dtype, device=x.device).index_add_(0, gi, w * x)
+    base = torch.where(wsum > 0, wx / torch.where(wsum > 0, wsum, torch.ones_like(wsum)), mean)
+    hi = torch.full((ng,), float("-inf"), dtype=x.dtype, device=x.device).scatter_reduce_(0, gi, x, reduce="amax")
+    lo = torch.full((ng,), float("inf"), dtype=x.dtype, device=x.device).scatter_reduce_(0, gi, x, reduce="amin")
+    adv = torch.where((hi == lo)[gi], torch.zeros_like(x), x - base[gi])  # a constant group gets exactly 0
+    single = (cnt == 1)[gi]
+    adv = torch.where(single, x if singleton == "verl" else torch.zeros_like(x), adv)
+    return adv.to(r.dtype)
+
+
+def gpg(rewards: Tensor, group: Tensor, *, f_norm: float = 1.0, singleton: str = "zero") -> Tensor:
+    """GPG (Chu et al. 2025, arXiv 2504.02546, eq. 8-9; verl ``compute_gpg_outcome_advantage``):
+    ``alpha * (r - mean_g) / f_norm`` with ``alpha = B / max(#{i: r_i != 0}, 1)`` over the whole
+    batch (the paper's correction for groups without signal), and no std division.  ``singleton``:
+    ``"zero"`` gives a group of one 0; ``"verl"`` uses verl's group mean 0 (``alpha * r / f_norm``)."""
+    _singleton_check(singleton)
+    r = check_rewards(rewards, "rewards")
+    n = r.shape[0]
+    g = check_ids(group, "group", n)
+    if not float(f_norm) or not math.isfinite(float(f_norm)):
+        raise ValueError(f"f_norm must be finite and non-zero, got {f_norm!r}")
+    x = as_compute(r)
+    gi, ng = dense_ids(g.to(x.device))
+    cnt, _, dev, _ = segment_stats(x, gi, ng, ddof=0)
+    if singleton == "verl":
+        dev = torch.where((cnt == 1)[gi], x, dev)
+    alpha = n / max(int(torch.count_nonzero(x)), 1)
+    return (alpha * dev / float(f_norm)).to(r.dtype)
+
+
+def grpo_passk(rewards: Tensor, group: Tensor, *, norm: bool = True, eps: float = 1e-6) -> Tensor:
+    """GRPO for pass@k (Chen et al. 2025, arXiv 2503.19595; verl
+    ``compute_grpo_passk_outcome_advantage``): in each group only the best row gets a non-zero
+    advantage, ``r_max - r_second`` (divided by the group's Bessel std + eps when ``norm``); all
+    other rows get 0.  Among rows tied at the maximum the first gets it (then ``r_max = r_second``
+    and the value is 0 anyway).  A group of one row gets 0, where verl raises."""
+    r = check_rewards(rewards, "rewards")
+    n = r.shape[0]
+    g = check_ids(group, "group", n)
+    x = as_compute(r)
+    if n == 0:
+        return r.clone()
+    gi, ng = dense_ids(g.to(x.device))
+    cnt, _, _, std = segment_stats(x, gi, ng, ddof=1)
+    gmax = torch.full((ng,), float("-inf"), dtype=x.dtype, device=x.device).scatter_reduce_(
+        0, gi, x, reduce="amax")
+    rows = torch.arange(n, device=x.device)
+    at_max = x == gmax[gi]
+    first = torch.full((ng,), n, dtype=torch.long, device=x.device).scatter_reduce_(
+        0, gi, torch.where(at_max, rows, torch.full_like(rows, n)), reduce="amin")
+    is_best = rows == first[gi]
+    second = torch.full((ng,), float("-inf"), dtype=x.dtype, device=x.device).scatter_reduce_(
+        0, gi, torch.where(is_best, torch.full_like(x, float("-inf")), x), reduce="amax")
+    gap = gmax - second
+    gap = torch.where(cnt >= 2, gap, torch.zeros_like(gap))
+    if norm:
+        gap = safe_div(gap, std + eps)
+    adv = torch.where(is_best, gap[gi], torch.zeros_like(x))
+    return adv.to(r.dtype)
+
+
+@register_estimator("reinforce_plus_plus")
+def _reinforce_pp_entry(batch: AdvantageBatch, *, eps: float = 1e-8) -> Tensor:
+    """REINFORCE++: batch-whitened reward (token-weighted when the batch carries ``lengths``)."""
+    return reinforce_pp(batch.rewards, lengths=batch.lengths, eps=eps)
+
+
+@register_estimator("reinforce_plus_plus_baseline")
+def _reinforce_pp_baseline_entry(batch: AdvantageBatch, *, eps: float = 1e-8,
+                                 singleton: str = "zero") -> Tensor:
+    """REINFORCE++-baseline: group mean removed, then batch-whitened."""
+    return reinforce_pp_baseline(batch.rewards, batch.group, lengths=batch.lengths, eps=eps,
+                                 singleton=singleton)
+
+
+@register_estimator("remax", fields=("rewards", "baseline"))
+def _remax_entry(batch: AdvantageBatch) -> Tensor:
+    """ReMax: reward minus the greedy rollout's reward (``batch.baseline``, from the collector)."""
+    return remax(batch.rewards, batch.baseline)
+
+
+@register_estimator("opo", fields=("rewards", "group", "lengths"))
+def _opo_entry(batch: AdvantageBatch, *, singleton: str = "zero") -> Tensor:
+    """OPO: reward minus the length-weighted group mean."""
+    return opo(batch.rewards, batch.group, batch.lengths, singleton=singleton)
+
+
+@register_estimator("gpg")
+def _gpg_entry(batch: AdvantageBatch, *, f_norm: float = 1.0, singleton: str = "zero") -> Tensor:
+    """GPG: ``alpha (r - mean_g) / f_norm``."""
+    return gpg(batch.rewards, batch.group, f_norm=f_norm, singleton=singleton)
+
+
+@register_estimator("grpo_passk")
+def _grpo_passk_entry(batch: AdvantageBatch, *, norm: bool = True, eps: float = 1e-6) -> Tensor:
+    """GRPO pass@k: only each group's best row, ``(r_max - r_second) / (std + eps)``."""
+    return grpo_passk(batch.rewards, batch.group, norm=norm, eps=eps)
 
 
 # --------------------------------------------------------------------------- HA-DW
@@ -515,3 +777,31 @@ class HADW:
             self.steps += 1
         self.last_anchor = c
         return (as_compute(adv) * phi).to(adv.dtype)
+
+
+@register_modifier("hadw")
+class HADWEstimator(EstimatorModifier):
+    """``"<estimator>+hadw"``: the inner advantages reweighted by :class:`HADW` (stateful: the
+    difficulty anchor, saved in checkpoints through ``state_dict``).
+
+    The group mean reward ``p_hat`` uses ``batch.rewards`` for trajectory-level estimators and
+    the per-row trajectory return (``episode_rewards``) for step-level ones.  Options: those of
+    :class:`HADW` (``lam``, ``anchor``, ``eta``, ``m``, ``window``, ``sigma_source``, ``init_anchor``).
+    """
+
+    defaults = {k: p.default for k, p in list(inspect.signature(HADW.__init__).parameters.items())[1:]}
+
+    def __init__(self, inner, **options: Any) -> None:
+        super().__init__(inner, **options)
+        self.hadw = HADW(**self.options)
+
+    def modify(self, batch: AdvantageBatch, advantages: Tensor) -> Tensor:
+        r = batch_episode(batch) if self.level == "step" else batch.rewards
+        return self.hadw(advantages, r, batch.group)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "hadw": self.hadw.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.hadw.load_state_dict(state["hadw"])

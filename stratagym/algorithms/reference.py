@@ -22,6 +22,13 @@ __all__ = [
     "hgpo_ref",
     "hadw_anchors_ref",
     "hadw_ref",
+    "whiten_ref",
+    "reinforce_pp_ref",
+    "reinforce_pp_baseline_ref",
+    "remax_ref",
+    "opo_ref",
+    "gpg_ref",
+    "grpo_passk_ref",
 ]
 
 
@@ -229,4 +236,91 @@ def hadw_ref(advantages, rewards, group, anchor_value, lam):
         diff = gv[group[i]] - anchor_value
         d = -(0 if a == 0 else math.copysign(1, a)) * (0 if diff == 0 else math.copysign(1, diff))
         out.append(a * lam * math.exp(d * abs(diff)))
+    return out
+
+
+# --------------------------------------------------------------------------- verl's critic-free estimators
+# Written from the papers' definitions and the loop structure of verl's ``compute_*_advantage``
+# functions (dicts of lists keyed by group), with stratagym's documented conventions (singleton
+# groups, constant groups, empty totals).
+
+
+def whiten_ref(values, lengths=None, *, eps=1e-8):
+    """Each value counted ``lengths[i]`` times (its tokens), Bessel variance over the count."""
+    if not values:
+        return []
+    w = [1.0] * len(values) if lengths is None else [float(x) for x in lengths]
+    tot = sum(w)
+    if tot <= 1.0 or max(values) == min(values):
+        return [0.0] * len(values)
+    mean = sum(wi * v for wi, v in zip(w, values)) / tot
+    var = sum(wi * (v - mean) ** 2 for wi, v in zip(w, values)) / (tot - 1.0)
+    return [(v - mean) / math.sqrt(var + eps) for v in values]
+
+
+def reinforce_pp_ref(rewards, *, lengths=None, eps=1e-8):
+    return whiten_ref(list(rewards), lengths, eps=eps)
+
+
+def reinforce_pp_baseline_ref(rewards, group, *, lengths=None, eps=1e-8, singleton="zero"):
+    groups = _by_key(group)
+    centred = []
+    for i, r in enumerate(rewards):
+        v = [rewards[j] for j in groups[group[i]]]
+        if len(v) == 1:
+            centred.append(r if singleton == "verl" else 0.0)
+        else:
+            centred.append(_dev(r, v))
+    return whiten_ref(centred, lengths, eps=eps)
+
+
+def remax_ref(rewards, baseline):
+    return [r - b for r, b in zip(rewards, baseline)]
+
+
+def opo_ref(rewards, group, lengths, *, singleton="zero"):
+    groups = _by_key(group)
+    out = []
+    for i, r in enumerate(rewards):
+        idx = groups[group[i]]
+        v = [rewards[j] for j in idx]
+        if len(idx) == 1:
+            out.append(r if singleton == "verl" else 0.0)
+            continue
+        if max(v) == min(v):
+            out.append(0.0)
+            continue
+        lsum = sum(lengths[j] for j in idx)
+        base = sum(lengths[j] * rewards[j] for j in idx) / lsum if lsum > 0 else _mean(v)
+        out.append(r - base)
+    return out
+
+
+def gpg_ref(rewards, group, *, f_norm=1.0, singleton="zero"):
+    n = len(rewards)
+    alpha = n / max(sum(1 for r in rewards if r != 0), 1)
+    groups = _by_key(group)
+    out = []
+    for i, r in enumerate(rewards):
+        v = [rewards[j] for j in groups[group[i]]]
+        if len(v) == 1:
+            dev = r if singleton == "verl" else 0.0
+        else:
+            dev = _dev(r, v)
+        out.append(alpha * dev / f_norm)
+    return out
+
+
+def grpo_passk_ref(rewards, group, *, norm=True, eps=1e-6):
+    out = [0.0] * len(rewards)
+    for _, idx in _by_key(group).items():
+        if len(idx) < 2:
+            continue
+        v = [rewards[j] for j in idx]
+        best = max(range(len(idx)), key=lambda k: (v[k], -k))  # first row at the maximum
+        second = max(v[k] for k in range(len(idx)) if k != best)
+        gap = v[best] - second
+        if norm:
+            gap = _div(gap, _std(v, 1) + eps)
+        out[idx[best]] = gap
     return out

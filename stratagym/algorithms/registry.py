@@ -1,38 +1,112 @@
-"""Estimator registry: names -> advantage estimator objects with a uniform call.
+"""Registries: advantage estimators, estimator modifiers and policy losses, by name.
 
-Modelled on verl's ``register_adv_est`` / ``get_adv_estimator_fn``: a dict of factories, a
-decorator-free ``register_estimator(name, factory)`` and ``get_estimator(name, **config)``.
-``"<name>+hadw"`` wraps any estimator in HA-DW reweighting (``"stratified+hadw"``).
+Shaped like verl's ``register_adv_est`` / ``register_policy_loss`` (``verl/trainer/ppo/core_algos.py``):
+one decorated definition per estimator, per modifier and per loss, and a lookup by name.  The
+options of each entry are the keyword-only parameters of its function, with their defaults, so an
+entry's option list cannot drift from its code; a bad name or option raises :class:`RegistryError`
+(a :class:`~stratagym.errors.ConfigError`) that names the valid ones.
 
-Every estimator declares ``level`` (``"trajectory"``: one row per trajectory, or ``"step"``: one
-row per step) and ``requires`` (the env ``info`` metadata keys it needs, e.g. ``{"search_count"}``)
-so a trainer can check that an env provides them before training; ``fields`` lists the
-:class:`AdvantageBatch` fields it reads.  Call: ``estimator(batch, **overrides) -> Tensor``.
+Estimators.  ``@register_estimator(name, level=..., requires=..., fields=..., derived=...)`` on
+``fn(batch, *, option=default, ...) -> Tensor``.  ``level``: ``"trajectory"`` (one row per
+trajectory) or ``"step"`` (one row per step); ``requires``: the env ``info`` metadata keys it needs
+(e.g. ``{"search_count"}``), so a trainer can check an env before training; ``fields``: the
+:class:`AdvantageBatch` fields it reads; ``derived``: ``"returns"`` and/or ``"episode"`` when it
+reads per-step discounted returns or trajectory totals, which a batch either carries precomputed
+or derives from ``traj`` and ``step`` (see :func:`batch_returns`, :func:`batch_episode`).
+``register_estimator(name, factory)`` with an :class:`Estimator` subclass (or any factory) also
+works, for estimators that keep state.
+
+Modifiers.  ``"<name>+<modifier>"`` wraps an estimator: ``@register_modifier("hadw")`` on an
+:class:`EstimatorModifier` subclass.  A modifier's options go in ``<modifier>={...}`` or as
+``<modifier>_<option>=...`` keywords; the rest configure the base estimator.  HA-DW is the one
+built-in modifier (``"stratified+hadw"``, ``"gigpo+hadw"``).
 
     est = get_estimator("stratified+hadw", alpha=0.6, hadw_lam=1.3)
     adv = est(AdvantageBatch(rewards=r, group=g, stratum=search_count))
     state = est.state_dict()   # HA-DW anchor state, for checkpoints
+
+Policy losses.  ``@register_policy_loss(name)`` on ``fn(x: PGInputs, *, option=default, ...) ->
+(loss, stats)``; :func:`get_policy_loss` returns a :class:`PolicyLoss` with validated options.  The
+definitions live in :mod:`stratagym.algorithms.losses`.
 """
 
 from __future__ import annotations
 
 import abc
-
+import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from torch import Tensor
 
-from stratagym.algorithms import advantages as adv_fns
+from stratagym.errors import ConfigError
 
 __all__ = [
     "AdvantageBatch",
     "Estimator",
+    "EstimatorModifier",
+    "FunctionEstimator",
     "HADWEstimator",
+    "PolicyLoss",
+    "RegistryError",
+    "UnknownNameError",
+    "UnknownOptionError",
+    "batch_episode",
+    "batch_returns",
     "get_estimator",
+    "get_policy_loss",
     "list_estimators",
+    "list_modifiers",
+    "list_policy_losses",
     "register_estimator",
+    "register_modifier",
+    "register_policy_loss",
 ]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class RegistryError(ConfigError):
+    """A bad registry name or option: user configuration, so a :class:`ConfigError` (exit code 2)."""
+
+    __str__ = BaseException.__str__  # KeyError (mixed in below) would quote the message
+
+
+class UnknownNameError(RegistryError, KeyError):
+    """Unknown estimator, modifier or loss name (a ``KeyError`` too, as a lookup miss)."""
+
+
+class UnknownOptionError(RegistryError, TypeError):
+    """Unknown option for a registered entry (a ``TypeError`` too, as a bad keyword argument)."""
+
+
+def _options_of(fn: Callable[..., Any], skip: int) -> dict[str, Any]:
+    """Keyword options of ``fn`` and their defaults: every parameter after the first ``skip``.
+
+    Every option must have a default, so that ``get_estimator(name)`` with no options works.
+    """
+    params = list(inspect.signature(fn).parameters.values())[skip:]
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"{fn.__name__}: registered functions take named options, not *args/**kwargs")
+        if p.default is p.empty:
+            raise TypeError(f"{fn.__name__}: option {p.name!r} needs a default")
+        out[p.name] = p.default
+    return out
+
+
+def _check_key(name: str, registry: dict, what: str, overwrite: bool) -> str:
+    key = name.lower()
+    if not key or "+" in key:
+        raise ValueError(f"invalid {what} name {name!r} (non-empty, no '+')")
+    if key in registry and not overwrite:
+        raise ValueError(f"{what} {name!r} is already registered (pass overwrite=True)")
+    return key
+
+
+# --------------------------------------------------------------------------- batch
 
 
 @dataclass
@@ -48,6 +122,10 @@ class AdvantageBatch:
     context:         int64 (N, K+1) context hashes, -1 where absent (HGPO; env ``context_hashes``)
     episode_rewards: per-step-row trajectory return (default: sum of the trajectory's rewards)
     returns:         per-step discounted returns (default: computed with ``gamma``)
+    lengths:         per-row number of response tokens (OPO's length-weighted baseline; the
+                     token-weighted whitening of REINFORCE++)
+    baseline:        per-row baseline reward (ReMax: the reward of the greedy rollout of the
+                     row's task)
     """
 
     rewards: Tensor
@@ -59,41 +137,74 @@ class AdvantageBatch:
     context: Optional[Tensor] = None
     episode_rewards: Optional[Tensor] = None
     returns: Optional[Tensor] = None
+    lengths: Optional[Tensor] = None
+    baseline: Optional[Tensor] = None
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
 
 
+def batch_returns(batch: AdvantageBatch, gamma: float) -> Tensor:
+    """Per-step discounted returns: ``batch.returns`` if given, else computed from traj/step."""
+    from stratagym.algorithms.advantages import step_returns
+
+    if batch.returns is not None:
+        return batch.returns
+    return step_returns(batch.rewards, batch.traj, batch.step, gamma=gamma)
+
+
+def batch_episode(batch: AdvantageBatch) -> Tensor:
+    """Per-step-row trajectory total: ``batch.episode_rewards`` if given, else summed per traj."""
+    from stratagym.algorithms.advantages import episode_returns
+
+    if batch.episode_rewards is not None:
+        return batch.episode_rewards
+    return episode_returns(batch.rewards, batch.traj)
+
+
+# --------------------------------------------------------------------------- estimators
+
+
 class Estimator(abc.ABC):
     """Base class: subclasses set ``name``, ``level``, ``requires``, ``fields``, ``defaults`` and
-    implement ``compute(batch, **config)``."""
+    implement ``compute(batch, **config)``.  Most estimators need no subclass: a function under
+    ``@register_estimator`` becomes a :class:`FunctionEstimator`."""
 
     name: str = ""
     level: str = "trajectory"
     requires: frozenset = frozenset()
     fields: tuple = ("rewards", "group")
     defaults: dict = {}
+    derived: tuple = ()
 
     def __init__(self, **config: Any) -> None:
-        unknown = set(config) - set(self.defaults)
-        if unknown:
-            raise TypeError(
-                f"{self.name}: unknown option(s) {sorted(unknown)}; valid: {sorted(self.defaults)}"
-            )
+        self._check_options(config)
         self.config = {**self.defaults, **config}
 
+    def _check_options(self, options: dict[str, Any]) -> None:
+        unknown = set(options) - set(self.defaults)
+        if unknown:
+            raise UnknownOptionError(
+                f"{self.name}: unknown option(s) {sorted(unknown)}; valid: {sorted(self.defaults)}"
+            )
+
     def check(self, batch: AdvantageBatch) -> None:
+        """Raise ``ValueError`` naming what the batch lacks (fields, or what derives returns)."""
         missing = [f for f in self.fields if getattr(batch, f, None) is None]
         if missing:
             raise ValueError(
                 f"estimator {self.name!r} needs batch field(s) {missing} "
                 f"(env metadata: {sorted(self.requires) or 'none'})"
             )
+        if "returns" in self.derived and batch.returns is None and (batch.traj is None or batch.step is None):
+            raise ValueError(f"estimator {self.name!r} needs batch.traj and batch.step "
+                             "(or precomputed batch.returns)")
+        if "episode" in self.derived and batch.episode_rewards is None and batch.traj is None:
+            raise ValueError(f"estimator {self.name!r} needs batch.traj "
+                             "(or precomputed batch.episode_rewards)")
 
     def __call__(self, batch: AdvantageBatch, **overrides: Any) -> Tensor:
-        unknown = set(overrides) - set(self.defaults)
-        if unknown:
-            raise TypeError(f"{self.name}: unknown option(s) {sorted(unknown)}")
+        self._check_options(overrides)
         self.check(batch)
         return self.compute(batch, **{**self.config, **overrides})
 
@@ -111,175 +222,252 @@ class Estimator(abc.ABC):
         return f"{type(self).__name__}(name={self.name!r}, level={self.level!r}, config={self.config})"
 
 
-class GRPOEstimator(Estimator):
-    name = "grpo"
-    defaults = {"scale": "group", "eps": 1e-6, "singleton": "zero"}
+class FunctionEstimator(Estimator):
+    """A stateless estimator defined by one function ``fn(batch, **options)`` (see
+    :func:`register_estimator`); ``defaults`` are the function's keyword options."""
 
-    def compute(self, batch, **c):
-        return adv_fns.grpo(batch.rewards, batch.group, scale=c["scale"], eps=c["eps"],
-                            singleton=c["singleton"])
+    def __init__(self, fn: Callable[..., Tensor], *, name: str, level: str, requires: frozenset,
+                 fields: tuple, derived: tuple, defaults: dict[str, Any], **config: Any) -> None:
+        self.fn = fn
+        self.name, self.level, self.requires = name, level, requires
+        self.fields, self.derived, self.defaults = fields, derived, defaults
+        super().__init__(**config)
 
-
-class DrGRPOEstimator(GRPOEstimator):
-    name = "dr_grpo"
-    defaults = {"scale": "none", "eps": 1e-6, "singleton": "zero"}
-
-
-class RLOOEstimator(Estimator):
-    name = "rloo"
-    defaults = {}
-
-    def compute(self, batch, **c):
-        return adv_fns.rloo(batch.rewards, batch.group)
-
-
-class StratifiedEstimator(Estimator):
-    name = "stratified"
-    requires = frozenset({"search_count"})
-    fields = ("rewards", "group", "stratum")
-    defaults = {"alpha": 1.0, "eps": 1e-6}
-
-    def compute(self, batch, **c):
-        return adv_fns.stratified(batch.rewards, batch.group, batch.stratum, alpha=c["alpha"],
-                                  eps=c["eps"])
-
-
-class _StepEstimator(Estimator):
-    level = "step"
-
-    def check(self, batch):
-        super().check(batch)
-        if batch.returns is None and (batch.traj is None or batch.step is None):
-            raise ValueError(f"estimator {self.name!r} needs batch.traj and batch.step "
-                             "(or precomputed batch.returns)")
-        if batch.episode_rewards is None and batch.traj is None:
-            raise ValueError(f"estimator {self.name!r} needs batch.traj "
-                             "(or precomputed batch.episode_rewards)")
-
-    @staticmethod
-    def returns_of(batch, gamma):
-        if batch.returns is not None:
-            return batch.returns
-        return adv_fns.step_returns(batch.rewards, batch.traj, batch.step, gamma=gamma)
-
-    @staticmethod
-    def episode_of(batch):
-        if batch.episode_rewards is not None:
-            return batch.episode_rewards
-        return adv_fns.episode_returns(batch.rewards, batch.traj)
-
-
-class GiGPOEstimator(_StepEstimator):
-    name = "gigpo"
-    requires = frozenset({"state_hash"})
-    fields = ("rewards", "group", "anchor")
-    defaults = {"omega": 1.0, "mode": "mean_std_norm", "eps": 1e-6, "gamma": 0.95}
-
-    def compute(self, batch, **c):
-        return adv_fns.gigpo(self.episode_of(batch), self.returns_of(batch, c["gamma"]), batch.group,
-                             batch.anchor, omega=c["omega"], mode=c["mode"], eps=c["eps"])
-
-
-class HGPOEstimator(_StepEstimator):
-    name = "hgpo"
-    requires = frozenset({"context_hashes"})
-    fields = ("rewards", "group", "context")
-    defaults = {"alpha": 1.0, "mode": "mean_std_norm", "eps": 1e-6, "gamma": 0.95,
-                "weight_offset": 1.0, "base_group": False}
-
-    def check(self, batch):
-        Estimator.check(self, batch)
-        if batch.returns is None and (batch.traj is None or batch.step is None):
-            raise ValueError("estimator 'hgpo' needs batch.traj and batch.step "
-                             "(or precomputed batch.returns)")
-
-    def compute(self, batch, **c):
-        ep = self.episode_of(batch) if c["base_group"] else None
-        return adv_fns.hgpo(self.returns_of(batch, c["gamma"]), batch.group, batch.context,
-                            alpha=c["alpha"], mode=c["mode"], eps=c["eps"],
-                            weight_offset=c["weight_offset"], episode_rewards=ep)
-
-
-class HADWEstimator(Estimator):
-    """``inner`` advantages reweighted by HA-DW (stateful: the difficulty anchor).
-
-    The group mean reward ``p_hat`` uses ``batch.rewards`` for trajectory-level estimators and
-    the per-row trajectory return (``episode_rewards``) for step-level ones.
-    """
-
-    def __init__(self, inner: Estimator, hadw: adv_fns.HADW) -> None:
-        self.inner = inner
-        self.hadw = hadw
-        self.name = f"{inner.name}+hadw"
-        self.level = inner.level
-        self.requires = inner.requires
-        self.fields = inner.fields
-        self.defaults = inner.defaults
-        self.config = inner.config
-
-    def check(self, batch):
-        self.inner.check(batch)
-
-    def compute(self, batch, **c):
-        a = self.inner.compute(batch, **c)
-        if self.level == "step":
-            r = _StepEstimator.episode_of(batch)
-        else:
-            r = batch.rewards
-        return self.hadw(a, r, batch.group)
-
-    def state_dict(self):
-        return {"inner": self.inner.state_dict(), "hadw": self.hadw.state_dict()}
-
-    def load_state_dict(self, state):
-        self.inner.load_state_dict(state.get("inner", {}))
-        self.hadw.load_state_dict(state["hadw"])
+    def compute(self, batch: AdvantageBatch, **config: Any) -> Tensor:
+        return self.fn(batch, **config)
 
 
 _REGISTRY: dict[str, Callable[..., Estimator]] = {}
 
 
-def register_estimator(name: str, factory: Callable[..., Estimator], *, overwrite: bool = False) -> None:
-    """Register ``factory(**config) -> Estimator`` under ``name`` (lower-case, no ``+``)."""
-    key = name.lower()
-    if not key or "+" in key:
-        raise ValueError(f"invalid estimator name {name!r} (non-empty, no '+')")
-    if key in _REGISTRY and not overwrite:
-        raise ValueError(f"estimator {name!r} is already registered (pass overwrite=True)")
-    if not callable(factory):
-        raise TypeError("factory must be callable")
-    _REGISTRY[key] = factory
+def register_estimator(
+    name: str,
+    factory: Optional[Callable[..., Estimator]] = None,
+    *,
+    level: str = "trajectory",
+    requires: Iterable[str] = (),
+    fields: Iterable[str] = ("rewards", "group"),
+    derived: Iterable[str] = (),
+    overwrite: bool = False,
+) -> Any:
+    """Register an estimator under ``name`` (lower-case, no ``+``).
+
+    As a decorator on a function ``fn(batch, *, option=default, ...) -> Tensor`` (verl's
+    ``register_adv_est`` shape): the function's keyword options are the estimator's options, and
+    ``level`` / ``requires`` / ``fields`` / ``derived`` describe it (see the module docstring).  As a
+    call ``register_estimator(name, factory)``: ``factory(**config) -> Estimator``, usually an
+    :class:`Estimator` subclass (for estimators with state).  Either way the decorated object is
+    returned unchanged, so the function stays callable on its own.
+    """
+    if level not in ("trajectory", "step"):
+        raise ValueError(f"level must be 'trajectory' or 'step', got {level!r}")
+    bad = set(derived) - {"returns", "episode"}
+    if bad:
+        raise ValueError(f"derived may hold 'returns' and 'episode', got {sorted(bad)}")
+
+    def add(obj: Any) -> Any:
+        key = _check_key(name, _REGISTRY, "estimator", overwrite)
+        if not callable(obj):
+            raise TypeError("factory must be callable")
+        if isinstance(obj, type) and issubclass(obj, Estimator):
+            _REGISTRY[key] = obj
+            return obj
+        if factory is not None:  # a plain factory given by call
+            _REGISTRY[key] = obj
+            return obj
+        defaults = _options_of(obj, 1)
+        spec = dict(name=key, level=level, requires=frozenset(requires), fields=tuple(fields),
+                    derived=tuple(derived), defaults=defaults)
+
+        def make(**config: Any) -> Estimator:
+            return FunctionEstimator(obj, **spec, **config)
+
+        make.__doc__ = obj.__doc__
+        _REGISTRY[key] = make
+        return obj
+
+    if factory is not None:
+        add(factory)
+        return None
+    return add
 
 
 def list_estimators() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_estimator(name: str, **config: Any) -> Estimator:
-    """Build an estimator by name; ``"<name>+hadw"`` adds HA-DW.
+# --------------------------------------------------------------------------- modifiers
 
-    HA-DW options go in ``hadw={...}`` or as ``hadw_<option>=...`` keywords (``hadw_lam``,
-    ``hadw_anchor``, ``hadw_eta``, ``hadw_m``, ``hadw_window``, ...); the rest configure the base
-    estimator.
+
+class EstimatorModifier(Estimator):
+    """An estimator wrapped by a modifier (``"<inner>+<suffix>"``).
+
+    Subclasses set ``suffix`` and ``defaults`` (the modifier's own options), and implement
+    ``modify(batch, advantages) -> advantages``.  The wrapper presents the inner estimator's
+    level, metadata, fields and options, so it is used exactly like the inner estimator; its
+    ``state_dict`` nests the inner one under ``"inner"``.
     """
-    parts = [p.strip().lower() for p in name.split("+")]
+
+    suffix: str = ""
+
+    def __init__(self, inner: Estimator, **options: Any) -> None:
+        unknown = set(options) - set(type(self).defaults)
+        if unknown:
+            raise UnknownOptionError(
+                f"+{self.suffix}: unknown option(s) {sorted(unknown)}; valid: {sorted(type(self).defaults)}"
+            )
+        self.options = {**type(self).defaults, **options}
+        self.inner = inner
+        self.name = f"{inner.name}+{self.suffix}"
+        self.level = inner.level
+        self.requires = inner.requires
+        self.fields = inner.fields
+        self.derived = inner.derived
+        self.defaults = inner.defaults  # per-call options are the inner estimator's
+        super().__init__(**inner.config)
+
+    def check(self, batch: AdvantageBatch) -> None:
+        self.inner.check(batch)
+
+    def compute(self, batch: AdvantageBatch, **config: Any) -> Tensor:
+        return self.modify(batch, self.inner.compute(batch, **config))
+
+    @abc.abstractmethod
+    def modify(self, batch: AdvantageBatch, advantages: Tensor) -> Tensor:
+        """The modified advantages."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"inner": self.inner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state.get("inner", {}))
+
+
+_MODIFIERS: dict[str, type[EstimatorModifier]] = {}
+
+
+def register_modifier(name: str, *, overwrite: bool = False) -> Callable[[type], type]:
+    """Decorator: register an :class:`EstimatorModifier` subclass as ``"+<name>"``."""
+
+    def add(cls: type) -> type:
+        key = _check_key(name, _MODIFIERS, "modifier", overwrite)
+        if not (isinstance(cls, type) and issubclass(cls, EstimatorModifier)):
+            raise TypeError("a modifier must be an EstimatorModifier subclass")
+        cls.suffix = key
+        _MODIFIERS[key] = cls
+        return cls
+
+    return add
+
+
+def list_modifiers() -> list[str]:
+    return sorted(_MODIFIERS)
+
+
+def get_estimator(name: str, **config: Any) -> Estimator:
+    """Build an estimator by name; ``"<name>+<modifier>[+<modifier>...]"`` wraps it, left to right.
+
+    A modifier's options go in ``<modifier>={...}`` or as ``<modifier>_<option>=...`` keywords
+    (``hadw_lam``, ``hadw_anchor``, ...); the rest configure the base estimator.
+    """
+    parts = [p.strip().lower() for p in str(name).split("+")]
     base, mods = parts[0], parts[1:]
     if base not in _REGISTRY:
-        raise KeyError(f"unknown estimator {base!r}; registered: {list_estimators()}")
-    bad = [m for m in mods if m != "hadw"]
-    if bad or len(mods) > 1:
-        raise KeyError(f"unknown estimator modifier(s) in {name!r}; only '+hadw' is supported")
-    hadw_cfg = dict(config.pop("hadw", None) or {})
-    for k in [k for k in config if k.startswith("hadw_")]:
-        hadw_cfg[k[len("hadw_"):]] = config.pop(k)
-    if hadw_cfg and not mods:
-        raise TypeError(f"HA-DW options given but {name!r} has no '+hadw'")
+        raise UnknownNameError(f"unknown estimator {base!r}; registered: {list_estimators()}")
+    bad = [m for m in mods if m not in _MODIFIERS]
+    if bad:
+        raise UnknownNameError(f"unknown estimator modifier(s) {['+' + m for m in bad]} in {name!r}; "
+                               f"registered modifiers: {['+' + m for m in list_modifiers()]}")
+    if len(set(mods)) != len(mods):
+        raise UnknownNameError(f"estimator modifier repeated in {name!r}")
+    mod_cfg: dict[str, dict[str, Any]] = {}
+    for m in _MODIFIERS:
+        cfg = dict(config.pop(m, None) or {})
+        for k in [k for k in config if k.startswith(m + "_")]:
+            cfg[k[len(m) + 1:]] = config.pop(k)
+        if cfg and m not in mods:
+            raise UnknownOptionError(f"options {sorted(cfg)} of modifier '+{m}' given, but {name!r} "
+                                     f"has no '+{m}'")
+        mod_cfg[m] = cfg
     est = _REGISTRY[base](**config)
-    if mods:
-        est = HADWEstimator(est, adv_fns.HADW(**hadw_cfg))
+    for m in mods:
+        est = _MODIFIERS[m](est, **mod_cfg[m])
     return est
 
 
-for _cls in (GRPOEstimator, DrGRPOEstimator, RLOOEstimator, StratifiedEstimator, GiGPOEstimator,
-             HGPOEstimator):
-    register_estimator(_cls.name, _cls)
+# --------------------------------------------------------------------------- policy losses
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss with its options: ``loss(x: PGInputs) -> (loss, stats)``."""
+
+    name: str
+    fn: Callable[..., Any]
+    defaults: dict[str, Any]
+    options: dict[str, Any]
+
+    def __call__(self, x: Any, **overrides: Any) -> Any:
+        _check_loss_options(self.name, self.defaults, overrides)
+        return self.fn(x, **{**self.options, **overrides})
+
+
+_LOSSES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {}
+_LOSS_ALIASES: dict[str, str] = {}
+
+
+def _check_loss_options(name: str, defaults: dict[str, Any], options: dict[str, Any]) -> None:
+    unknown = set(options) - set(defaults)
+    if unknown:
+        raise UnknownOptionError(f"policy loss {name!r}: unknown option(s) {sorted(unknown)}; "
+                                 f"valid: {sorted(defaults)}")
+
+
+def register_policy_loss(
+    name: str, *, aliases: Iterable[str] = (), overwrite: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator (verl's ``register_policy_loss`` shape) on ``fn(x, *, option=default, ...)``.
+
+    ``x`` is a :class:`stratagym.algorithms.losses.PGInputs` (log-probs, advantages, mask, and the
+    aggregation to use); the function returns ``(loss, stats)``.  Its keyword options are the
+    loss's options.  ``aliases`` are extra names for the same entry (verl's and TRL's names).
+    """
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        key = _check_key(name, _LOSSES, "policy loss", overwrite)
+        _LOSSES[key] = (fn, _options_of(fn, 1))
+        for a in aliases:
+            _LOSS_ALIASES[a.lower()] = key
+        return fn
+
+    return add
+
+
+def list_policy_losses() -> list[str]:
+    return sorted(_LOSSES)
+
+
+def get_policy_loss(name: str, **options: Any) -> PolicyLoss:
+    """A registered policy loss by name (or alias) with its options checked and defaults filled."""
+    from stratagym.algorithms import losses as _losses  # noqa: F401  (registers the built-ins)
+
+    key = str(name).lower()
+    key = _LOSS_ALIASES.get(key, key)
+    if key not in _LOSSES:
+        raise UnknownNameError(f"unknown policy loss {name!r}; registered: {list_policy_losses()}")
+    fn, defaults = _LOSSES[key]
+    _check_loss_options(key, defaults, options)
+    return PolicyLoss(key, fn, defaults, {**defaults, **options})
+
+
+def __getattr__(name: str) -> Any:
+    """``HADWEstimator`` is defined beside HA-DW in ``advantages`` (which imports this module)."""
+    if name == "HADWEstimator":
+        from stratagym.algorithms.advantages import HADWEstimator
+
+        return HADWEstimator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# the built-in estimators and the HA-DW modifier register themselves when advantages is imported
+from stratagym.algorithms import advantages as _advantages  # noqa: E402,F401
