@@ -84,7 +84,8 @@ def env_version(env_id: str) -> str:
 
 
 def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True).encode()
+    # surrogatepass: a record holding a lone surrogate still gets an id (the board then refuses it by schema)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True).encode("utf-8", "surrogatepass")
 
 
 def content_hash_text(text: str) -> str:
@@ -177,14 +178,23 @@ def schema_problems(record: Any) -> list[str]:
 
 
 def load_record(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a record JSON file (no validation beyond being a JSON object)."""
+    """Read a record JSON file (no validation beyond being a JSON object); any file that cannot be read
+    as one raises :class:`RecordError` saying why (never a traceback for a bad file)."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:
         raise RecordError(f"no result record at {path}") from None
+    except IsADirectoryError:
+        raise RecordError(f"{path} is a folder; give the record's .json file") from None
+    except OSError as exc:
+        raise RecordError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path} is not UTF-8 text (invalid byte at offset {exc.start}); records are UTF-8 JSON") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RecordError(f"{path}: JSON nested too deeply to be a result record") from None
     if not isinstance(data, dict):
         raise RecordError(f"{path}: a result record must be a JSON object")
     return data

@@ -22,26 +22,30 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         render: bool = typer.Option(False, "--render", help="Render the board after submitting."),
         out_dir: Path = typer.Option(Path("leaderboard"), "--out-dir", help="Where --render writes."),
     ) -> None:
-        """Validate and store result records; refused ones are listed with the reason (exit 1)."""
+        """Validate and store result records; each refused one is listed with the reason and the rest are
+        still submitted (exit 1 if any was refused)."""
         from rich.console import Console
 
+        from stratagym.display import esc
         from stratagym.eval.records import RecordError, load_record
         from stratagym.leaderboard.render import render_board
         from stratagym.leaderboard.store import Leaderboard, SubmissionError
 
-        console = Console()
+        console = Console(soft_wrap=True)  # a message is one line, also in logs
         lb = Leaderboard(board)
         failed = 0
         for path in records:
             try:
                 rid = lb.submit(load_record(path))
-                console.print(f"[green]accepted[/green] {path} as #{rid}")
+                console.print(f"[green]accepted[/green] {esc(path)} as #{rid}")
             except (RecordError, SubmissionError) as exc:
                 failed += 1
-                console.print(f"[red]rejected[/red] {path}: {exc}")
+                console.print(f"[red]rejected[/red] {esc(path)}: {esc(exc)}")
         if render:
             paths = render_board(lb, out_dir)
-            console.print(f"rendered {paths['markdown']} and {paths['html']}")
+            console.print(f"rendered {esc(paths['markdown'])} and {esc(paths['html'])}")
+        if failed:
+            console.print(f"{failed} of {len(records)} record(s) rejected")
         raise typer.Exit(1 if failed else 0)
 
     @lb_app.command("show")
@@ -52,36 +56,38 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         board: Optional[str] = typer.Option(None, "--board", help=_BOARD_HELP),
         limit: int = typer.Option(20, help="Rows per board."),
     ) -> None:
-        """Print the ranking of every (env, split) board (or one) with 95% CIs."""
-        from rich.console import Console
-        from rich.table import Table
+        """Print the ranking of every (env, split) board (or one) with 95% CIs.
 
+        On a terminal: rich tables; piped or logged: plain tables with every id whole (see
+        :mod:`stratagym.display`). Scripted agents have no algorithm: shown as ``-``, as on the HTML board.
+        """
+        from rich.console import Console
+
+        from stratagym.display import esc, print_table
         from stratagym.eval.aggregate import primary_metric
         from stratagym.leaderboard.store import Leaderboard
 
-        console = Console()
+        console = Console(soft_wrap=True)  # a message is one line, also in logs
         lb = Leaderboard(board)
         boards = [(e, s) for e, s in lb.boards() if (env is None or e == env) and (split is None or s == split)]
         if not boards:
-            console.print(f"no results on {lb.url}" + (f" for {env} {split or ''}" if env else ""))
+            console.print(f"no results on {esc(lb.url)}" + (f" for {esc(env)} {esc(split or '')}" if env else ""))
             return
         for e, s in boards:
             m = metric or primary_metric(e)
             df = lb.ranking(e, s, m)
-            table = Table(title=f"{e} / {s}: ranked by {m}")
-            for col in ("rank", "agent", "algorithm", m, "95% CI", "seed std", "n", "seeds", "record"):
-                table.add_column(col)
             if df.empty:
-                console.print(f"{e} / {s}: no result has metric {m!r}; have {lb.metric_names(e, s)}")
+                console.print(f"{esc(e)} / {esc(s)}: no result has metric {esc(repr(m))}; have {esc(lb.metric_names(e, s))}")
                 continue
+            rows = []
             for _, r in df.head(limit).iterrows():
-                std = r["seed_std"]
-                table.add_row(
-                    str(r["rank"]), str(r["agent"]), str(r["algorithm"] or "-"), f"{r['value']:.4g}",
-                    f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]", "-" if std is None or std != std else f"{std:.3g}",
-                    str(r["n"]), ",".join(map(str, r["seeds"])), str(r["record_id"])[:12],
-                )
-            console.print(table)
+                rows.append([
+                    r["rank"], r["agent"], _or_dash(r["algorithm"]), f"{r['value']:.4g}",
+                    f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]", "-" if _missing(r["seed_std"]) else f"{r['seed_std']:.3g}",
+                    r["n"], ",".join(map(str, r["seeds"])), str(r["record_id"])[:12],
+                ])
+            print_table(console, f"{e} / {s}: ranked by {m}",
+                        ["rank", "agent", "algorithm", m, "95% CI", "seed std", "n", "seeds", "record"], rows)
 
     @lb_app.command("render")
     def render(
@@ -92,8 +98,18 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Write LEADERBOARD.md, a static index.html with sortable tables, and plots."""
         from rich.console import Console
 
+        from stratagym.display import esc
         from stratagym.leaderboard.render import render_board
         from stratagym.leaderboard.store import Leaderboard
 
         paths = render_board(Leaderboard(board), out_dir, plots=plots)
-        Console().print(f"wrote {paths['markdown']} and {paths['html']}" + (f" (+{len(paths) - 2} plots)" if len(paths) > 2 else ""))
+        Console(soft_wrap=True).print(f"wrote {esc(paths['markdown'])} and {esc(paths['html'])}" + (f" (+{len(paths) - 2} plots)" if len(paths) > 2 else ""))
+
+
+def _missing(value: object) -> bool:
+    """None or a pandas missing value (NaN), which is how an absent algorithm or spread comes back."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _or_dash(value: object) -> str:
+    return "-" if _missing(value) or value == "" else str(value)

@@ -89,8 +89,25 @@ def _cell(t: tuple[float, float, float] | None) -> str:
     return "" if t is None else f"{_fmt(t[0])} [{_fmt(t[1])}, {_fmt(t[2])}]"
 
 
+#: Characters with a meaning in (GitHub-flavoured) Markdown inline text: backslash-escaped in cells.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` shown literally in a Markdown table cell or heading.
+
+    Code hosts render Markdown as HTML, so ``<``, ``>`` and ``&`` become entities (no tag or
+    ``onerror=`` from a label reaches the page), Markdown punctuation (emphasis, links, code, table
+    pipes, ``$`` maths) is backslash-escaped, and line breaks become spaces (a row is one line).
+    """
+    text = html.escape(str(text), quote=False)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return re.sub(r"[\r\n]+", " ", text)
+
+
+def _md_code(text: str) -> str:
+    """``text`` inside a Markdown code span (no escapes work there: backticks and newlines removed)."""
+    return re.sub(r"[`\r\n]+", "'", str(text))
 
 
 def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | None = None, title: str = "stratagym leaderboard") -> str:
@@ -103,18 +120,18 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
         out += ["_No results yet: run `stratagym bench` or `stratagym eval ... --submit`._", ""]
     for t in tables:
         direction = "higher is better" if higher_is_better(t.metric) else "lower is better"
-        out += [f"## {t.env} — split `{t.split}`", "", f"Ranked by **{t.metric}** ({direction}).", ""]
-        head = ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *t.columns, "date", "record"]
+        out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`", "", f"Ranked by **{_md_escape(t.metric)}** ({direction}).", ""]
+        head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *t.columns, "date", "record"]]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---" for _ in head) + "|")
         for r in t.rows:
             cells = [str(r["rank"]), _md_escape(r["agent"]), _md_escape(r["algorithm"] or "-"), _cell(r["metric"]),
-                     "-" if r["seed_std"] is None else _fmt(r["seed_std"]), str(r["n"]), r["seeds"],
-                     *[_cell(r["extra"].get(c)) or "-" for c in t.columns], r["created"], f"`{r['record_id']}`"]
+                     "-" if r["seed_std"] is None else _fmt(r["seed_std"]), str(r["n"]), _md_escape(r["seeds"]),
+                     *[_cell(r["extra"].get(c)) or "-" for c in t.columns], _md_escape(r["created"]), f"`{_md_code(r['record_id'])}`"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         for p in plots.get(t.slug, []):
-            out += [f"![{t.env} {t.split}]({p})", ""]
+            out += [f"![{_md_escape(t.env)} {_md_escape(t.split)}]({p})", ""]
     for p in plots.get("_training", []):
         out += [f"![training curves]({p})", ""]
     return "\n".join(out)
@@ -202,7 +219,20 @@ def _atomic_write(path: Path, data: str | bytes) -> None:
     os.replace(tmp, path)
 
 
+def _literal_text() -> Any:
+    """A matplotlib rc context in which text is drawn literally: labels are user text, and matplotlib
+    would otherwise parse ``$...$`` in them as maths (``$\\foo$`` raises and fails the whole render)."""
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False, "text.usetex": False})
+
+
 def _plot_metric(t: BoardTable, path: Path) -> None:
+    with _literal_text():
+        _draw_metric(t, path)
+
+
+def _draw_metric(t: BoardTable, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -248,6 +278,11 @@ def _runs_of(training: dict[str, Any]) -> list[list[tuple[float, float]]]:
 
 def _plot_training(records: Iterable[dict[str, Any]], path: Path) -> bool:
     """Training curves per (env, algorithm): mean over seeds with a min-max band. False if none."""
+    with _literal_text():
+        return _draw_training(records, path)
+
+
+def _draw_training(records: Iterable[dict[str, Any]], path: Path) -> bool:
     curves: dict[str, dict[str, list[list[tuple[float, float]]]]] = defaultdict(lambda: defaultdict(list))
     seen: set[tuple[str, str, str]] = set()
     for r in records:

@@ -31,6 +31,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
 from stratagym.eval.records import utc_now
+from stratagym.leaderboard.schema import COLUMN_LENGTHS
 from stratagym.leaderboard.validate import SubmissionError, validate_record
 
 __all__ = ["Leaderboard", "SubmissionError", "DEFAULT_BOARD", "resolve_url"]
@@ -44,22 +45,22 @@ results = sa.Table(
     "results",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("record_id", sa.String(64), nullable=False, unique=True),
-    sa.Column("schema", sa.String(64), nullable=False),
-    sa.Column("env_id", sa.String(200), nullable=False, index=True),
-    sa.Column("env_version", sa.String(32), nullable=False),
-    sa.Column("data_hash", sa.String(100), nullable=False),
-    sa.Column("split", sa.String(100), nullable=False),
-    sa.Column("agent_label", sa.String(300), nullable=False),
-    sa.Column("agent_kind", sa.String(32), nullable=False),
-    sa.Column("agent_hash", sa.String(100), nullable=False),
-    sa.Column("algorithm", sa.String(100)),
+    sa.Column("record_id", sa.String(COLUMN_LENGTHS["record_id"]), nullable=False, unique=True),
+    sa.Column("schema", sa.String(COLUMN_LENGTHS["schema"]), nullable=False),
+    sa.Column("env_id", sa.String(COLUMN_LENGTHS["env_id"]), nullable=False, index=True),
+    sa.Column("env_version", sa.String(COLUMN_LENGTHS["env_version"]), nullable=False),
+    sa.Column("data_hash", sa.String(COLUMN_LENGTHS["data_hash"]), nullable=False),
+    sa.Column("split", sa.String(COLUMN_LENGTHS["split"]), nullable=False),
+    sa.Column("agent_label", sa.String(COLUMN_LENGTHS["agent_label"]), nullable=False),
+    sa.Column("agent_kind", sa.String(COLUMN_LENGTHS["agent_kind"]), nullable=False),
+    sa.Column("agent_hash", sa.String(COLUMN_LENGTHS["agent_hash"]), nullable=False),
+    sa.Column("algorithm", sa.String(COLUMN_LENGTHS["algorithm"])),
     sa.Column("n_tasks", sa.Integer, nullable=False),
     sa.Column("n_episodes", sa.Integer, nullable=False),
     sa.Column("seeds", sa.Text, nullable=False),
-    sa.Column("created", sa.String(40), nullable=False),
-    sa.Column("submitted", sa.String(40), nullable=False),
-    sa.Column("stratagym_version", sa.String(40), nullable=False),
+    sa.Column("created", sa.String(COLUMN_LENGTHS["created"]), nullable=False),
+    sa.Column("submitted", sa.String(COLUMN_LENGTHS["submitted"]), nullable=False),
+    sa.Column("stratagym_version", sa.String(COLUMN_LENGTHS["stratagym_version"]), nullable=False),
     sa.Column("record", sa.Text, nullable=False),
     sa.Index("ix_results_env_split", "env_id", "split"),
 )
@@ -68,7 +69,7 @@ metrics_table = sa.Table(
     "metrics",
     metadata,
     sa.Column("result_id", sa.Integer, sa.ForeignKey("results.id", ondelete="CASCADE"), primary_key=True),
-    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("name", sa.String(COLUMN_LENGTHS["metric_name"]), primary_key=True),
     sa.Column("value", sa.Float, nullable=False),
     sa.Column("n", sa.Integer, nullable=False),
     sa.Column("ci_low", sa.Float, nullable=False),

@@ -1,5 +1,7 @@
-"""Submission checks: a record reaches the board only if it follows the schema, every metric is finite,
-its env is a registered stratagym env and its split is one that env knows.
+"""Submission checks: a record reaches the board only if it fits the store's schema
+(:mod:`stratagym.leaderboard.schema`: types, column sizes, valid text, finite numbers), passes the
+record's own consistency checks (supported schema version, values inside their CIs, ``record_id`` equal
+to the content hash), its env is a registered stratagym env and its split is one that env knows.
 
 Known splits: an env class may declare them as a ``splits`` class attribute (a tuple of names); for envs
 that do not, the standard vocabulary :data:`STANDARD_SPLITS` applies. Duplicates are checked by the store
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Collection, Mapping
 
-from stratagym.eval.records import schema_problems
+from stratagym.eval.records import schema_problems as record_problems
+from stratagym.leaderboard.schema import schema_problems
 
 __all__ = ["SubmissionError", "STANDARD_SPLITS", "known_splits", "validate_record"]
 
@@ -60,10 +63,11 @@ def validate_record(
     ``known_envs`` overrides the registry (tests, boards of third-party envs); ``extra_splits`` adds
     accepted splits per env id.
     """
-    problems = schema_problems(record)
     rid = record.get("record_id") if isinstance(record, Mapping) else None
+    rid = rid if isinstance(rid, str) and rid.isascii() and rid.isalnum() else None  # shown in the message
+    problems = schema_problems(record) or record_problems(record)
     if problems:
-        raise SubmissionError(problems, record_id=rid if isinstance(rid, str) else None)
+        raise SubmissionError(problems, record_id=rid)
     env_id = record["env"]["id"]
     if known_envs is not None:
         env_ok = env_id in known_envs

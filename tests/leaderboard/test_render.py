@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html as html_lib
 import os
 import shutil
 import tempfile
@@ -31,8 +32,10 @@ def rendered(tmp_path):
 def test_markdown_and_plots(rendered):
     md = rendered["markdown"].read_text()
     rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| rank")]
-    strata = [r for r in rows if any(n in r for n, _, _ in SUBMITTED)]
-    assert [r.split(" | ")[1] for r in strata] == RANK_ORDER
+    shown = {n: html_lib.escape(n, quote=False) for n, _, _ in SUBMITTED}  # Markdown escapes HTML too
+    strata = [r for r in rows if any(shown[n] in r for n, _, _ in SUBMITTED)]
+    assert [r.split(" | ")[1] for r in strata] == [shown[n] for n in RANK_ORDER]
+    assert "<b>" not in md
     assert "## stratagym/DifficultyMix-v0" in md and "## stratagym/SearchStrata-v0" in md
     assert "0.900 [" in md  # value [CI]
     site = rendered["html"].parent
