@@ -76,3 +76,133 @@ def test_caches_are_used_and_inactive_outside_the_engine(train_games, one_game_p
         with speedups.active(True):
             assert speedups.is_active()
         assert not speedups.is_active()
+
+
+# ---- resets into other games, domain-shared grammar, deferred replanning translation --------------
+
+
+def _session(games, fast: bool, plan: list[tuple[str, int]], expert=None):
+    """One engine loading several games in turn (some again), as an env resetting into new tasks does.
+
+    ``plan``: (game key, number of commands). Records what the agent sees and, with an expert, the
+    expert's suggestion after the load and every command.
+    """
+    engine = AlfredEngine(fast=fast, expert=expert)
+    out = []
+    try:
+        for n, (key, n_steps) in enumerate(plan):
+            state = engine.load(games[key], seed=n)
+            out.append(("<load>", key, state.feedback, state.admissible_commands, state.won, state.expert_plan))
+            rng = random.Random(n)
+            for _ in range(n_steps):
+                # leave the expert's plan now and then, so the planner has to replan
+                if expert and state.expert_plan and rng.random() < 0.6:
+                    command = state.expert_plan[0]
+                else:
+                    command = rng.choice(state.admissible_commands)
+                state = engine.step(command)
+                out.append((command, state.feedback, state.admissible_commands, state.won, state.expert_plan))
+        return out
+    finally:
+        engine.close()
+
+
+def _three_games(train_games, one_game_per_type):
+    by_id = train_games.by_id()
+    keys = ("pick_and_place_simple", "look_at_obj_in_light", "pick_cool_then_place_in_recep")
+    return {k: by_id[one_game_per_type[k]].game_file for k in keys}
+
+
+def test_resets_across_games_identical_to_stock(train_games, one_game_per_type):
+    """Loading A, B, A, C, B in one engine (cold loads, then the per-game caches) says what stock says.
+
+    A second fast engine replaying the plan starts with every cache warm (caches are per process).
+    """
+    games = _three_games(train_games, one_game_per_type)
+    plan = [("pick_and_place_simple", 4), ("look_at_obj_in_light", 3), ("pick_and_place_simple", 3),
+            ("pick_cool_then_place_in_recep", 4), ("look_at_obj_in_light", 2)]
+    speedups.clear_caches()
+    stock = _session(games, False, plan)
+    fast_cold = _session(games, True, plan)
+    before = speedups.cache_info()
+    fast_warm = _session(games, True, plan)
+    after = speedups.cache_info()
+    assert fast_cold == stock
+    assert fast_warm == stock
+    assert after["sas_misses"] == before["sas_misses"]  # the second engine translated nothing
+    assert after["logic_misses"] == before["logic_misses"]
+    assert before["logic_from_template"] >= 3  # each game's grammar came from the one domain parse
+    assert before["templates_parsed"] == 1
+
+
+def test_planner_expert_identical_with_deferred_replan_translation(train_games, one_game_per_type):
+    """The optimised translation is made only when the planner replans, and the plans match stock's.
+
+    ``PddlState.__init__`` (textworld/envs/pddl/logic/__init__.py:171-185) translates twice and hands the
+    optimised text to ``load_sas_replan``, which fast-downward's library only stores for ``replan``.
+    """
+    games = _three_games(train_games, one_game_per_type)
+    plan = [("pick_cool_then_place_in_recep", 8), ("pick_and_place_simple", 6), ("pick_cool_then_place_in_recep", 4)]
+    speedups.clear_caches()
+    stock = _session(games, False, plan, expert="planner")
+    fast = _session(games, True, plan, expert="planner")
+    assert fast == stock
+    info = speedups.cache_info()
+    assert info["replan_deferred"] >= 3
+    assert info["replan_loaded"] >= 1  # the agent left the plan, so the planner ran
+
+
+def _fingerprint(obj):
+    """A structural, comparable picture of parsed grammar objects (they define no ``__eq__``)."""
+    if isinstance(obj, (list, tuple)):
+        return [_fingerprint(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _fingerprint(v) for k, v in obj.items()}
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return (type(obj).__name__, _fingerprint(vars(obj)))
+    return obj
+
+
+def _stock_and_fast_logic(grammar_text):
+    import textworld.envs.pddl.logic as pddl_logic
+
+    speedups.install()
+    with speedups.active(False):
+        stock = pddl_logic._parse_and_convert(grammar_text, rule_name="pddlStart")
+    speedups.clear_caches()
+    with speedups.active(True):
+        fast = pddl_logic._parse_and_convert(grammar_text, rule_name="pddlStart")
+    return stock, fast
+
+
+def test_game_grammar_from_the_domain_parse_equals_its_own_parse(train_games):
+    """Game grammars are alfred.twl2 with the task sentence in place of UNKNOWN GOAL (alfworld's
+    ``add_task_to_grammar``, alfworld/agents/utils/misc.py:107-112); rebuilt from the one domain parse
+    they equal the stock parse of the game's own text, rule by rule and action by action."""
+    import json
+
+    AlfredEngine(fast=True).close()  # registers the domain grammars
+    for entry in train_games.entries[::17][:6]:
+        text = json.loads(entry.game_file.read_text())["grammar"]
+        stock, fast = _stock_and_fast_logic(text)
+        assert speedups.cache_info()["logic_from_template"] == 1
+        stock_actions, stock_grammar = stock
+        fast_actions, fast_grammar = fast
+        assert _fingerprint(fast_actions) == _fingerprint(stock_actions)
+        assert _fingerprint(dict(fast_grammar._rules)) == _fingerprint(dict(stock_grammar._rules))
+
+
+@pytest.mark.parametrize("sentence", ['put the "odd" apple in fridge', "put a caf\u00e9 mug in shelf", "a\\b"])
+def test_unusual_task_sentence_falls_back_to_the_stock_parse(sentence):
+    """A sentence that could change how the document or the JSON is read is parsed the stock way."""
+    from stratagym.envs.alfworld import paths
+
+    AlfredEngine(fast=True).close()
+    template = (paths.bundled_dir() / "alfred.twl2").read_text()
+    text = template.replace(speedups.GRAMMAR_PLACEHOLDER, sentence)
+    try:
+        stock, fast = _stock_and_fast_logic(text)
+    except Exception:  # the stock parser itself rejects it: nothing to compare
+        return
+    assert speedups.cache_info()["logic_from_template"] == 0
+    assert _fingerprint(fast[1]._rules) == _fingerprint(stock[1]._rules)

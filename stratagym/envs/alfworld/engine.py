@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from stratagym.envs.alfworld import speedups
+from stratagym.envs.alfworld import paths, speedups
 from stratagym.envs.alfworld.runtime import load_engine_modules, preserve_argv
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = ["AlfredEngine", "EngineState", "EXPERTS", "NOTHING_HAPPENS"]
 
@@ -46,6 +46,21 @@ class EngineState:
     won: bool
     accepted: bool = True  # the command matched one of the game's valid commands
     expert_plan: list[str] = field(default_factory=list)
+
+
+_DOMAIN_GRAMMARS_REGISTERED = False
+
+
+def _register_domain_grammars(modules: Any) -> None:
+    """Let games built from the known ``alfred.twl2`` files share one grammar parse (see speedups)."""
+    global _DOMAIN_GRAMMARS_REGISTERED
+    if _DOMAIN_GRAMMARS_REGISTERED:
+        return
+    for path in (paths.bundled_dir() / "alfred.twl2", Path(getattr(modules.alfworld, "ALFRED_TWL2_PATH", ""))):
+        with contextlib.suppress(OSError):
+            if path.is_file():
+                speedups.register_grammar_template(path.read_text())
+    _DOMAIN_GRAMMARS_REGISTERED = True
 
 
 @contextlib.contextmanager
@@ -68,6 +83,8 @@ class AlfredEngine:
         self.expert = expert
         self.fast = bool(fast)
         self._m = load_engine_modules()
+        if self.fast:
+            _register_domain_grammars(self._m)
         tw = self._m.textworld
         infos = tw.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"],
                             facts=expert == "handcoded")
