@@ -1,36 +1,114 @@
 #!/usr/bin/env python
-"""ALFWorld engine speed: stock TextWorld vs stratagym's memoised engine, side by side, same commands.
+"""ALFWorld episodes, resets and steps: stock TextWorld vs stratagym's engine, side by side, same commands.
 
-    OMP_NUM_THREADS=1 python benchmarks/alfworld.py [--steps 30] [--games-per-type 1]
+    OMP_NUM_THREADS=1 python benchmarks/alfworld.py [--repeats 3] [--steps 50] [--games 6]
 
-For one bundled train game of each task type, a fixed command sequence (mostly admissible commands,
-some junk, drawn once by a seeded RNG) is played through
+For one bundled train game of each task type (``--games``), a fixed command sequence (mostly admissible
+commands, some junk, drawn once by a seeded RNG) is played as an *episode*: reset into that game (the
+previous episode played another one), then ``--steps`` commands. Each repeat plays every game, in turn,
+through three engines, one after the other (so machine load hits all three alike):
 
-* the **stock** engine: textworld's PddlEnv + alfworld's AlfredDemangler/AlfredInfos, as ALFWorld
-  builds it, with no stratagym patches active;
-* the **fast** engine: the same objects with :mod:`stratagym.envs.alfworld.speedups` active.
+* **stock**: textworld's PddlEnv + alfworld's AlfredDemangler/AlfredInfos, as ALFWorld builds them,
+  no stratagym patch active;
+* **fast, cold**: :mod:`stratagym.envs.alfworld.speedups` active, the game never seen by the process
+  (its per-game caches are emptied first; what the domain shares -- text templates, the parsed
+  ``alfred.twl2`` -- stays, as in any process past its first game);
+* **fast, warm**: the game was played before in this process (by any env): the per-game LRU caches
+  hold its translation and grammar. This is the common case in training: every task is reset G times
+  per group, and every epoch revisits the same games.
 
-It prints steps/s, game-load and reset times for both, the speed-up, and whether the transcripts
-(feedback, admissible commands, won after every command) are byte-identical -- the script exits 1
-if they are not. Then it times the gymnasium env itself (info dict, hashing, expert) and a
-planner-expert episode. Timings depend on machine load; the figures in docs/envs/alfworld.md say
-under what load they were taken.
+It prints, per repeat and as mean [min-max] over repeats: reset-into-a-new-game time, episode time and
+steps/s for the three engines and their ratios to stock; the reset split into its parts (grammar
+parse, PDDL->SAS translation, state build, text of the first observation, the rest); and whether all
+transcripts (feedback, admissible commands, won) are byte-identical -- it exits 1 if they are not.
+Then the gymnasium env on top (info dict, hashing): steps/s. Timings depend on machine load: the
+load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 # Run as a script, this file's folder is sys.path[0] and this file would shadow the alfworld package.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
+
+PARTS = ("grammar", "translation", "state build", "first text", "other")
+
+
+class ResetClock:
+    """Inclusive timers around the engine functions a game load runs, to split a reset into parts.
+
+    grammar = the grammar file's parse; translation = fast-downward's PDDL -> SAS; state build = the rest
+    of ``PddlState`` (SAS into the C++ library, facts); first text = the intro and the admissible
+    commands derived by ``PddlEnv.reset`` besides its own state build; other = JSON read, entity names,
+    wrappers.
+    """
+
+    def __init__(self) -> None:
+        self.t: dict[str, float] = defaultdict(float)
+        self._in_reset = False
+        self.last_total = 0.0
+
+    def install(self) -> None:
+        import fast_downward
+        import textworld.envs.pddl.logic as pddl_logic
+        import textworld.envs.pddl.pddl as pddl_env
+
+        from stratagym.envs.alfworld import speedups
+
+        speedups.install()
+        clock = self
+
+        def timed(name, fn, *, scoped=False):
+            def wrapper(*args, **kwargs):
+                key = name + ("@reset" if scoped and clock._in_reset else "")
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    clock.t[key] += time.perf_counter() - t0
+            return wrapper
+
+        pddl_logic._parse_and_convert = timed("grammar", pddl_logic._parse_and_convert)
+        fast_downward.pddl2sas = timed("translation", fast_downward.pddl2sas, scoped=True)
+        pddl_logic.PddlState.__init__ = timed("state", pddl_logic.PddlState.__init__, scoped=True)
+        stock_reset = pddl_env.PddlEnv.reset
+
+        def reset(env):
+            clock._in_reset = True
+            t0 = time.perf_counter()
+            try:
+                return stock_reset(env)
+            finally:
+                clock._in_reset = False
+                clock.t["reset"] += time.perf_counter() - t0
+
+        pddl_env.PddlEnv.reset = reset
+
+    @contextlib.contextmanager
+    def measure(self, out: dict[str, float]):
+        self.t.clear()
+        t0 = time.perf_counter()
+        yield
+        total = time.perf_counter() - t0
+        t = self.t
+        translation = t["translation"] + t["translation@reset"]
+        out["grammar"] = out.get("grammar", 0.0) + t["grammar"]
+        out["translation"] = out.get("translation", 0.0) + translation
+        out["state build"] = out.get("state build", 0.0) + t["state"] + t["state@reset"] - translation
+        out["first text"] = out.get("first text", 0.0) + t["reset"] - t["state@reset"]
+        out["other"] = out.get("other", 0.0) + total - t["grammar"] - t["state"] - t["reset"]
+        self.last_total = total
 
 
 def commands_for(game_file, n_steps: int, seed: int) -> list[str]:
@@ -41,126 +119,137 @@ def commands_for(game_file, n_steps: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     out = []
     for _ in range(n_steps):
-        if rng.random() < 0.1:
-            cmd = rng.choice(["jump", "take it", "go to the moon"])
-        else:
-            cmd = rng.choice(state.admissible_commands)
+        cmd = rng.choice(["jump", "take it", "go to the moon"]) if rng.random() < 0.1 else rng.choice(state.admissible_commands)
         out.append(cmd)
         state = engine.step(cmd)
     engine.close()
     return out
 
 
-def play(game_file, commands: list[str], fast: bool) -> dict:
-    from stratagym.envs.alfworld.engine import AlfredEngine
-
-    engine = AlfredEngine(fast=fast)
-    t0 = time.perf_counter()
-    state = engine.load(game_file)
-    load_s = time.perf_counter() - t0
+def episode(engine, game_file, commands, clock: ResetClock, parts: dict[str, float]):
+    """Reset ``engine`` into ``game_file`` and play ``commands``: (reset s, steps s, transcript)."""
+    with clock.measure(parts):
+        state = engine.load(game_file)
+    reset_s = clock.last_total
     transcript = [(state.feedback, state.admissible_commands, state.won)]
     t0 = time.perf_counter()
     for cmd in commands:
         state = engine.step(cmd)
         transcript.append((state.feedback, state.admissible_commands, state.won))
-    step_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    engine.reset()
-    reset_s = time.perf_counter() - t0
-    engine.close()
-    return {"load_s": load_s, "step_s": step_s, "reset_s": reset_s, "transcript": transcript}
+    return reset_s, time.perf_counter() - t0, transcript
+
+
+def spread(values: list[float], fmt: str = "{:.1f}") -> str:
+    return f"{fmt.format(statistics.mean(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=30, help="commands per game")
-    ap.add_argument("--games-per-type", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=50, help="commands per episode")
+    ap.add_argument("--games", type=int, default=6, help="games (one per task type, cycling)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--env-steps", type=int, default=300, help="steps for the gymnasium env figure (0: skip)")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-    import gymnasium as gym
-
     import stratagym  # noqa: F401
     from stratagym.envs.alfworld import speedups
+    from stratagym.envs.alfworld.engine import AlfredEngine
     from stratagym.envs.alfworld.games import resolve_games
 
     games = resolve_games("train", "bundled")
-    chosen: dict[str, list] = {}
+    by_type: dict[str, list] = {}
     for e in games.entries:
-        if len(chosen.setdefault(e.task_type, [])) < args.games_per_type:
-            chosen[e.task_type].append(e)
+        by_type.setdefault(e.task_type, []).append(e)
+    chosen = []
+    for i in range(args.games):
+        entries = list(by_type.values())[i % len(by_type)]
+        chosen.append(entries[(i // len(by_type)) % len(entries)])
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; OMP_NUM_THREADS="
+          f"{os.environ.get('OMP_NUM_THREADS')}; {len(chosen)} games x {args.steps} commands x {args.repeats} repeats")
+    commands = [commands_for(e.game_file, args.steps, seed=i) for i, e in enumerate(chosen)]
+    clock = ResetClock()
+    clock.install()
 
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    rows = []
+    kinds = ("stock", "cold", "warm")
+    engines = {"stock": AlfredEngine(fast=False), "cold": AlfredEngine(fast=True), "warm": AlfredEngine(fast=True)}
+    for e in chosen:  # the warm engine's process has met every game once (another engine would do too)
+        engines["warm"].load(e.game_file)
+    engines["warm"].load(games.entries[-1].game_file)
     identical = True
-    tot = {"stock": [0.0, 0], "fast": [0.0, 0]}
-    loads = {"stock": [], "fast": []}
-    resets = {"stock": [], "fast": []}
-    for task_type, entries in chosen.items():
-        for e in entries:
-            cmds = commands_for(e.game_file, args.steps, seed=len(rows))
-            speedups.clear_caches()  # the fast engine starts cold on every game: load times are honest
-            stock = play(e.game_file, cmds, fast=False)
-            fast = play(e.game_file, cmds, fast=True)
-            same = stock["transcript"] == fast["transcript"]
-            identical &= same
-            for name, r in (("stock", stock), ("fast", fast)):
-                tot[name][0] += r["step_s"]
-                tot[name][1] += len(cmds)
-                loads[name].append(r["load_s"])
-                resets[name].append(r["reset_s"])
-            rows.append((task_type, len(cmds) / stock["step_s"], len(cmds) / fast["step_s"], stock["load_s"],
-                         fast["load_s"], stock["reset_s"], fast["reset_s"], same))
+    per_repeat = []  # {kind: {"reset": s, "steps": s, "n": commands}}
+    parts = {k: defaultdict(float) for k in kinds}
+    for r in range(args.repeats):
+        row = {k: {"reset": 0.0, "steps": 0.0, "n": 0} for k in kinds}
+        for e, cmds in zip(chosen, commands):
+            transcripts = {}
+            for k in kinds:
+                if k == "cold":
+                    speedups.clear_caches(games_only=True)
+                reset_s, steps_s, transcripts[k] = episode(engines[k], e.game_file, cmds, clock, parts[k])
+                row[k]["reset"] += reset_s
+                row[k]["steps"] += steps_s
+                row[k]["n"] += len(cmds)
+            identical &= transcripts["stock"] == transcripts["cold"] == transcripts["warm"]
+        per_repeat.append(row)
+        s = row["stock"]
+        print(f"repeat {r + 1}: reset stock {s['reset'] / len(chosen):.3f} s, cold {row['cold']['reset'] / len(chosen):.3f} s, "
+              f"warm {row['warm']['reset'] / len(chosen):.4f} s; steps/s stock {s['n'] / s['steps']:.1f}, "
+              f"fast {row['warm']['n'] / row['warm']['steps']:.1f}", flush=True)
+    for eng in engines.values():
+        eng.close()
 
-    print(f"\n{'task type':34s} {'stock st/s':>10s} {'fast st/s':>10s} {'x':>6s} {'stock load':>10s} "
-          f"{'fast load':>10s} {'stock reset':>11s} {'fast reset':>10s} identical")
-    for t, s_sps, f_sps, sl, fl, sr, fr, same in rows:
-        print(f"{t:34s} {s_sps:10.1f} {f_sps:10.1f} {f_sps / s_sps:6.1f} {sl:10.3f} {fl:10.3f} {sr:11.3f} {fr:10.3f} {same}")
-    stock_sps = tot["stock"][1] / tot["stock"][0]
-    fast_sps = tot["fast"][1] / tot["fast"][0]
-    print(f"\nALL: stock {stock_sps:.1f} steps/s, fast {fast_sps:.1f} steps/s, speed-up {fast_sps / stock_sps:.1f}x "
-          f"over {tot['fast'][1]} identical commands")
-    print(f"game load (cold): stock {statistics.mean(loads['stock']):.3f} s, fast {statistics.mean(loads['fast']):.3f} s; "
-          f"reset (same game): stock {statistics.mean(resets['stock']):.3f} s, fast {statistics.mean(resets['fast']):.4f} s")
-    print(f"transcripts identical: {identical}")
+    n_games = len(chosen)
 
-    # the gymnasium env on top (info dict, hashing, admissible list): stepping, then resets
-    env = gym.make("stratagym/ALFWorld-v0", data_path="bundled", max_steps=100_000)
-    u = env.unwrapped
-    obs, info = env.reset(options={"task_id": chosen["pick_heat_then_place_in_recep"][0].task_id})
-    rng = random.Random(0)
-    t0 = time.perf_counter()
-    n = 300
-    for _ in range(n):
-        obs, r, term, trunc, info = env.step(rng.choice(info["admissible_actions"]))
-        if term:
-            obs, info = env.reset(options={"task_id": info["task_id"]})
-    dt = time.perf_counter() - t0
-    print(f"\ngym env step (random admissible actions): {n / dt:.1f} steps/s")
-    ids = list(u.task_ids())[::7][:10]
-    t0 = time.perf_counter()
-    for tid in ids:
-        env.reset(options={"task_id": tid})
-    cold = (time.perf_counter() - t0) / len(ids)
-    t0 = time.perf_counter()
-    for _ in range(10):
-        env.reset(options={"task_id": ids[-1]})
-    warm = (time.perf_counter() - t0) / 10
-    print(f"gym env reset: new game {cold:.3f} s, same game again {warm:.4f} s")
-    env.close()
-    env = gym.make("stratagym/ALFWorld-v0", data_path="bundled", expert="planner")
-    times, won = [], 0
-    for tid in [e.task_id for es in chosen.values() for e in es]:
+    def figure(kind: str, what: str) -> list[float]:
+        out = []
+        for row in per_repeat:
+            x = row[kind]
+            out.append({"reset": x["reset"] / n_games, "episode": (x["reset"] + x["steps"]) / n_games,
+                        "steps/s": x["n"] / x["steps"]}[what])
+        return out
+
+    def ratio(kind: str, what: str) -> list[float]:
+        a, b = figure("stock", what), figure(kind, what)
+        return [y / x for x, y in zip(b, a)] if what != "steps/s" else [x / y for x, y in zip(b, a)]
+
+    print(f"\n{'figure':42s} {'stock':>20s} {'fast, cold game':>22s} {'fast, warm game':>22s}")
+    for what, fmt in (("reset", "{:.3f}"), ("episode", "{:.3f}"), ("steps/s", "{:.1f}")):
+        label = {"reset": "reset into a new game (s)", "episode": f"episode: new game + {args.steps} steps (s)",
+                 "steps/s": "steps/s"}[what]
+        print(f"{label:42s} {spread(figure('stock', what), fmt):>20s} {spread(figure('cold', what), fmt):>22s} "
+              f"{spread(figure('warm', what), fmt):>22s}")
+        print(f"{'  speed-up vs stock (x)':42s} {'':>20s} {spread(ratio('cold', what)):>22s} {spread(ratio('warm', what)):>22s}")
+    # a GRPO group of G envs in one process resetting into the same new task: 1 cold load + G-1 warm
+    g = 8
+    group = [(c + (g - 1) * w) / g for c, w in zip(figure("cold", "reset"), figure("warm", "reset"))]
+    group_ratio = [s / x for s, x in zip(figure("stock", "reset"), group)]
+    ep_group = [(c + (g - 1) * w) / g for c, w in zip(figure("cold", "episode"), figure("warm", "episode"))]
+    ep_group_ratio = [s / x for s, x in zip(figure("stock", "episode"), ep_group)]
+    print(f"group of {g} copies of a new task (1 cold + {g - 1} warm resets): reset {spread(group, '{:.3f}')} s "
+          f"= {spread(group_ratio)}x; episode {spread(ep_group, '{:.3f}')} s = {spread(ep_group_ratio)}x")
+
+    n_resets = n_games * args.repeats
+    print(f"\nreset split into parts (mean per reset, ms):\n{'part':14s} {'stock':>9s} {'cold':>9s} {'warm':>9s}")
+    for part in PARTS:
+        print(f"{part:14s} " + " ".join(f"{1000 * parts[k][part] / n_resets:9.1f}" for k in kinds))
+    print(f"{'total':14s} " + " ".join(f"{1000 * sum(parts[k][p] for p in PARTS) / n_resets:9.1f}" for k in kinds))
+    print(f"transcripts identical (stock = cold = warm, {args.repeats * sum(map(len, commands))} commands "
+          f"and {n_resets} resets per engine): {identical}")
+
+    if args.env_steps:
+        import gymnasium as gym
+
+        env = gym.make("stratagym/ALFWorld-v0", data_path="bundled", max_steps=100_000)
+        obs, info = env.reset(options={"task_id": chosen[0].task_id})
+        rng = random.Random(0)
         t0 = time.perf_counter()
-        obs, info = env.reset(options={"task_id": tid})
-        while True:
-            obs, r, term, trunc, info = env.step(info["expert_action"])
-            if term or trunc:
-                break
-        times.append(time.perf_counter() - t0)
-        won += info["won"]
-    env.close()
-    print(f"planner-expert episodes: {won}/{len(times)} won, {statistics.mean(times):.2f} s/episode (incl. game load)")
+        for _ in range(args.env_steps):
+            obs, rew, term, trunc, info = env.step(rng.choice(info["admissible_actions"]))
+            if term:
+                obs, info = env.reset(options={"task_id": info["task_id"]})
+        print(f"\ngym env step (random admissible actions, info + hashes): {args.env_steps / (time.perf_counter() - t0):.1f} steps/s")
+        env.close()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0 if identical else 1
 

@@ -53,13 +53,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
+import os
 import re
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
-__all__ = ["active", "install", "is_active", "cache_info", "clear_caches", "register_grammar_template",
+__all__ = ["active", "install", "is_active", "cache_info", "clear_caches", "set_game_cache_size", "register_grammar_template",
            "GRAMMAR_PLACEHOLDER"]
 
 _STATE = threading.local()
@@ -69,9 +69,9 @@ _installed = False
 _PARSE_CACHE: dict[tuple[str, str], list] = {}
 _QUERY_CACHE: dict[str, Any] = {}
 _SAS_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
-_SAS_CACHE_SIZE = 256
+_SAS_CACHE_SIZE = int(os.environ.get("STRATAGYM_ALFWORLD_GAME_CACHE", "256") or 256)
 _LOGIC_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
-_LOGIC_CACHE_SIZE = 256
+_LOGIC_CACHE_SIZE = _SAS_CACHE_SIZE
 _stats = {"parse_hits": 0, "parse_misses": 0, "query_hits": 0, "query_misses": 0, "sas_hits": 0, "sas_misses": 0,
           "logic_hits": 0, "logic_misses": 0, "logic_from_template": 0, "replan_deferred": 0, "replan_loaded": 0}
 
@@ -107,16 +107,37 @@ def cache_info() -> dict[str, int]:
             "templates_parsed": sum(v is not None for v in _TEMPLATES.values())}
 
 
-def clear_caches() -> None:
-    """Empty every cache (the parsed domain templates too; the registered template texts stay)."""
-    _PARSE_CACHE.clear()
-    _QUERY_CACHE.clear()
+def clear_caches(*, games_only: bool = False) -> None:
+    """Empty the caches and zero the counters.
+
+    ``games_only=True`` forgets what is specific to single games (translations, grammar files) and
+    keeps what every game of a domain shares (text templates, queries, the parsed domain grammar):
+    the state of a long-running process meeting a game for the first time (the benchmark's "cold").
+    """
     _SAS_CACHE.clear()
     _LOGIC_CACHE.clear()
-    for text in _TEMPLATES:
-        _TEMPLATES[text] = None
+    if not games_only:
+        _PARSE_CACHE.clear()
+        _QUERY_CACHE.clear()
+        for text in _TEMPLATES:
+            _TEMPLATES[text] = None
     for k in _stats:
         _stats[k] = 0
+
+
+def set_game_cache_size(n_games: int) -> None:
+    """Bound the per-game caches (translations, parsed grammars) to ``n_games`` entries each (LRU).
+
+    About 1 MB per game; the default 256 holds the bundled games and a few hundred real ones.
+    Also read from ``$STRATAGYM_ALFWORLD_GAME_CACHE`` at import.
+    """
+    global _SAS_CACHE_SIZE, _LOGIC_CACHE_SIZE
+    if int(n_games) < 1:
+        raise ValueError(f"the game cache needs at least 1 entry, got {n_games}")
+    _SAS_CACHE_SIZE = _LOGIC_CACHE_SIZE = int(n_games)
+    for cache in (_SAS_CACHE, _LOGIC_CACHE):
+        while len(cache) > n_games:
+            cache.popitem(last=False)
 
 
 def register_grammar_template(text: str) -> bool:
