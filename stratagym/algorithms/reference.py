@@ -13,6 +13,8 @@ import math
 from collections import defaultdict, deque
 from typing import Optional, Sequence
 
+import torch
+
 __all__ = [
     "grpo_ref",
     "rloo_ref",
@@ -29,6 +31,9 @@ __all__ = [
     "opo_ref",
     "gpg_ref",
     "grpo_passk_ref",
+    "agg_ref",
+    "policy_loss_ref",
+    "kl_ref",
 ]
 
 
@@ -324,3 +329,203 @@ def grpo_passk_ref(rewards, group, *, norm=True, eps=1e-6):
             gap = _div(gap, _std(v, 1) + eps)
         out[idx[best]] = gap
     return out
+
+
+# --------------------------------------------------------------------------- policy losses
+# Per-token loops over 0-d torch scalars (so autograd gives the reference gradient), written from
+# the papers' and verl's per-token definitions, independent of the vectorised code in
+# :mod:`stratagym.algorithms.losses`.  ``lp``, ``old``, ``adv`` and ``mask`` are (B, T) tensors
+# (``adv`` already per token); the result is the aggregated scalar loss.
+
+
+def _f(v):
+    """A Python float of a scalar, detached (comparisons only; no gradient is taken through it)."""
+    return float(v.detach()) if isinstance(v, torch.Tensor) else float(v)
+
+
+def _clip(v, lo=None, hi=None):
+    if lo is not None and _f(v) < lo:
+        v = v * 0 + lo
+    if hi is not None and _f(v) > hi:
+        v = v * 0 + hi
+    return v
+
+
+def _abs(d):
+    """|d| with torch's subgradient 0 at d = 0."""
+    return d if _f(d) > 0 else (-d if _f(d) < 0 else d * 0)
+
+
+def _sign(a):
+    return (a > 0) - (a < 0)
+
+
+def agg_ref(mat, mask, mode, *, loss_scale_factor=None, global_batch_size=None, batch_num_tokens=None):
+    """``mat``: list of rows of 0-d tensors; ``mask``: list of rows of floats."""
+    B = len(mat)
+    T = len(mat[0]) if B else 0
+    zero = mat[0][0] * 0 if B and T else 0.0
+    if mode in ("token-mean", "token-sum"):
+        tot = sum((mat[i][t] * mask[i][t] for i in range(B) for t in range(T)), zero)
+        if mode == "token-sum":
+            return tot
+        n = sum(mask[i][t] for i in range(B) for t in range(T)) if batch_num_tokens is None else batch_num_tokens
+        return tot / n if n > 0 else tot * 0
+    seqs = []
+    for i in range(B):
+        s = sum((mat[i][t] * mask[i][t] for t in range(T)), zero)
+        c = sum(mask[i])
+        if mode == "seq-mean-token-mean":
+            s = s / c if c > 0 else s * 0
+        elif mode == "seq-mean-token-sum-norm":
+            s = s / (T if loss_scale_factor is None else loss_scale_factor)
+        seqs.append(s)
+    tot = sum(seqs, zero)
+    n = B if global_batch_size is None else global_batch_size
+    return tot / n if n > 0 else tot * 0
+
+
+def policy_loss_ref(lp, old, adv, mask, *, loss="vanilla", agg="token-mean", weights=None, norms=None,
+                    **opt):
+    """Reference for each registered policy loss (see :mod:`stratagym.algorithms.losses`)."""
+    norms = norms or {}
+    B, T = lp.shape
+    mk = [[_f(mask[i, t]) for t in range(T)] for i in range(B)]
+    lo = opt.get("clip_low", 0.2)
+    hi = opt.get("clip_high") if opt.get("clip_high") is not None else lo
+    tok = lambda i, t: (lp[i, t], _f(old[i, t]), _f(adv[i, t]))  # noqa: E731
+    mat = [[None] * T for _ in range(B)]
+
+    if loss == "geo_mean":
+        seq = []
+        for i in range(B):
+            c = sum(mk[i])
+            s = lp[i, 0] * 0
+            a_sum = 0.0
+            for t in range(T):
+                x, o, a = tok(i, t)
+                d = x - o
+                dc = _clip(d, -lo, hi)
+                sg = _sign(a)
+                s = s + mk[i][t] * sg * (sg * d if _f(sg * d) <= _f(sg * dc) else sg * dc)
+                a_sum += a * mk[i][t]
+            r = torch.exp(s / (c + 1e-8))
+            v = -(a_sum / (c + 1e-8)) * r
+            if weights is not None:
+                wv = [_f(weights[i, t]) for t in range(T) if mk[i][t] > 0]
+                v = v * (sum(wv) / len(wv) if wv else 0.0)
+            seq.append(v)
+        return sum(seq[1:], seq[0]) / B
+
+    if loss == "gspo":
+        seq_log = []
+        for i in range(B):
+            c = sum(mk[i])
+            s = sum(_f(lp[i, t]) - _f(old[i, t]) for t in range(T) if mk[i][t] > 0)
+            seq_log.append(s / c if c > 0 else 0.0)
+
+    sel = set()
+    if loss in ("clip_cov", "kl_cov"):
+        cells = [(i, t) for i in range(B) for t in range(T) if mk[i][t] > 0]
+        if loss == "clip_cov":
+            n_tok = sum(sum(r) for r in mk)
+            ma = sum(_f(adv[i, t]) * mk[i][t] for i in range(B) for t in range(T)) / n_tok if n_tok else 0.0
+            ml = sum(_f(lp[i, t]) * mk[i][t] for i in range(B) for t in range(T)) / n_tok if n_tok else 0.0
+            cand = []
+            for i in range(B):
+                for t in range(T):
+                    x, o, a = tok(i, t)
+                    r = math.exp(_f(x) - o)
+                    l1, l2 = -a * r, -a * min(max(r, 1 - lo), 1 + hi)
+                    cov = (a - ma) * (_f(x) - ml)
+                    if mk[i][t] > 0 and not l2 > l1 and opt.get("clip_cov_lb", 1.0) < cov < opt.get("clip_cov_ub", 5.0):
+                        cand.append((i, t))
+            num = max(int(opt.get("clip_cov_ratio", 0.0002) * n_tok), 1)
+            if cand:
+                gen = None if opt.get("seed") is None else torch.Generator().manual_seed(int(opt["seed"]))
+                perm = torch.randperm(len(cand), generator=gen).tolist()
+                sel = {cand[k] for k in perm[: min(num, len(cand))]}
+        elif cells:
+            av = [_f(adv[i, t]) for i, t in cells]
+            lv = [_f(lp[i, t]) for i, t in cells]
+            ma, ml = sum(av) / len(av), sum(lv) / len(lv)
+            cov = [(a - ma) * (v - ml) for a, v in zip(av, lv)]
+            k = max(1, int(len(cells) * opt.get("kl_cov_ratio", 0.0002)))
+            order = sorted(range(len(cells)), key=lambda j: -cov[j])  # stable: ties keep token order
+            sel = {cells[j] for j in order[:k]}
+
+    for i in range(B):
+        for t in range(T):
+            x, o, a = tok(i, t)
+            d = x - o
+            if loss == "vanilla":
+                r = torch.exp(_clip(d, -20.0, 20.0))
+                r1 = r if opt.get("delta") is None else _clip(r, None, opt["delta"])
+                l1, l2 = -a * r1, -a * _clip(r, 1 - lo, 1 + hi)
+                v = l1 if _f(l1) >= _f(l2) else l2
+                c = opt.get("clip_c")
+                if c is not None and a < 0 and _f(v) > -a * c:
+                    v = v * 0 - a * c
+            elif loss == "gspo":
+                lr = _clip(x - x.detach() + seq_log[i], None, 10.0)
+                r = torch.exp(lr)
+                l1, l2 = -a * r, -a * _clip(r, 1 - lo, 1 + hi)
+                v = l1 if _f(l1) >= _f(l2) else l2
+            elif loss == "gpg":
+                v = -x * a
+            elif loss == "cispo":
+                if opt.get("cap") is None:
+                    r = math.exp(min(max(_f(d), -20.0), 20.0))
+                    w = min(max(r, 1 - lo), 1 + hi)
+                else:
+                    w = min(math.exp(_f(d)), opt["cap"])
+                v = -w * a * x
+            elif loss == "sapo":
+                r = torch.exp(_clip(d, -20.0, 20.0))
+                tau = opt.get("tau_pos", 1.0) if a > 0 else opt.get("tau_neg", 1.05)
+                v = -a * torch.sigmoid(tau * (r - 1.0)) * (4.0 / tau)
+            elif loss == "clip_cov":
+                r = torch.exp(d)
+                l1, l2 = -a * r, -a * _clip(r, 1 - lo, 1 + hi)
+                v = l1 if _f(l1) >= _f(l2) else l2
+                if (i, t) in sel:
+                    v = v * 0
+            elif loss == "kl_cov":
+                v = -a * torch.exp(d)
+                if (i, t) in sel:
+                    v = v + opt.get("ppo_kl_coef", 0.1) * _abs(d)
+            elif loss in ("dppo_tv", "dppo_kl"):
+                r = math.exp(min(max(_f(d), -20.0), 20.0))
+                c = opt.get("clip_c", 20.0)
+                p, po = math.exp(_f(x)), math.exp(o)
+                if loss == "dppo_tv":
+                    keep = (p - po <= hi) if a > 0 else (p - po >= -lo)
+                else:
+                    bkl = po * (o - _f(x)) + (1 - po) * math.log((1 - po + 1e-8) / (1 - p + 1e-8))
+                    keep = (bkl <= hi or p <= po) if a > 0 else (bkl <= lo or p >= po)
+                v = -a * min(r, c) * x * (1.0 if keep else 0.0)
+            else:
+                raise ValueError(f"no reference for loss {loss!r}")
+            if weights is not None:
+                v = v * _f(weights[i, t])
+            mat[i][t] = v
+    return agg_ref(mat, mk, agg, **norms)
+
+
+def kl_ref(lp, ref, kind):
+    """Per-token KL estimator from 0-d tensors; a trailing ``+``: k2's gradient, the named value."""
+    base = kind.rstrip("+")
+    d = lp - ref
+    if base in ("k1", "kl"):
+        v = d
+    elif base in ("k2", "mse"):
+        return 0.5 * d * d
+    elif base == "abs":
+        v = _abs(d)
+    else:
+        k = _clip(ref - lp, -20.0, 20.0)
+        v = _clip(torch.exp(k) - k - 1.0, -10.0, 10.0)
+    if not kind.endswith("+"):
+        return v
+    back = 0.5 * d * d
+    return back - back.detach() + v.detach()
