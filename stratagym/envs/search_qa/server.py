@@ -7,8 +7,13 @@ API (the same as Search-R1's ``retrieval_server.py``, so either side can be swap
   ``{"result": [[{"id", "contents"}, ...], ...]}`` (without);
 * ``GET /health`` -> ``{"status": "ok", "backend": ..., "num_docs": ..., ...}``.
 
-Malformed requests get a 422 with pydantic's message (missing/empty ``queries``, non-string query,
-query or batch too large, ``topk`` out of range). Requests arriving together are merged into one
+An empty ``queries`` list gets ``{"result": []}``, as from Search-R1's server (its client posts one
+whenever no rollout in the batch searched). Malformed requests get a 422 with pydantic's message
+(missing ``queries``, a non-string query or one that is not valid Unicode text, query or batch too large,
+``topk`` out of range or not a finite integer); the 422 body names the field and the rule but never
+echoes the input, which may not be encodable as JSON (``NaN``, ``1e400``, lone surrogates).
+
+Requests arriving together are merged into one
 ``batch_search`` call by a micro-batcher (one worker thread owns the retriever, so backends need not be
 thread-safe); a retriever exception becomes a 503 with the reason, which clients retry elsewhere.
 """
@@ -106,12 +111,14 @@ class MicroBatcher:
 
 def create_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any:
     """The FastAPI app serving ``retriever``."""
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
     from pydantic import BaseModel, ConfigDict, Field, field_validator
 
     class RetrieveRequest(BaseModel):
         model_config = ConfigDict(extra="ignore")
-        queries: list[str] = Field(..., min_length=1, max_length=limits.max_queries)
+        queries: list[str] = Field(..., max_length=limits.max_queries)
         topk: int = Field(3, ge=1, le=limits.max_topk)
         return_scores: bool = False
 
@@ -121,6 +128,8 @@ def create_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> A
             for i, q in enumerate(v):
                 if len(q) > limits.max_query_chars:
                     raise ValueError(f"query {i} has {len(q)} characters; at most {limits.max_query_chars}")
+                if not _is_text(q):
+                    raise ValueError(f"query {i} is not valid Unicode text (it holds a lone surrogate)")
             return v
 
     batcher = MicroBatcher(retriever, max_batch=limits.max_batch, max_wait_ms=limits.max_wait_ms)
@@ -134,8 +143,16 @@ def create_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> A
     app = FastAPI(title="stratagym retrieval server", lifespan=lifespan)
     app.state.batcher = batcher
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's default handler echoes each error's input; NaN, 1e400 or a lone surrogate there makes
+        # the 422 itself fail to encode (a 500). Say where and what, never the value.
+        return JSONResponse(status_code=422, content={"detail": [_safe_error(e) for e in exc.errors()]})
+
     @app.post("/retrieve")
     async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
+        if not req.queries:  # Search-R1's client sends this when no rollout of a batch searched
+            return {"result": []}
         try:
             results = await batcher.submit(req.queries, req.topk)
         except Exception as exc:
@@ -148,6 +165,26 @@ def create_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> A
         return {"status": "ok", **retriever.describe(), "batches": batcher.calls}
 
     return app
+
+
+def _is_text(s: str) -> bool:
+    """Whether ``s`` is valid Unicode text (encodable as UTF-8: no lone surrogates)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _safe_error(err: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic error as JSON-safe data: location, message and type, text made encodable."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, int) and not isinstance(x, bool):
+            return x
+        return str(x).encode("utf-8", "backslashreplace").decode("utf-8")[:200]
+
+    return {"loc": [clean(p) for p in err.get("loc", ())], "msg": clean(err.get("msg", "invalid")), "type": clean(err.get("type", ""))}
 
 
 class _ThreadServer:

@@ -106,7 +106,14 @@ def _parse_options(raw: str | None) -> tuple[tuple[str, str], ...]:
         return ()
     if not isinstance(data, dict):
         return ()
-    return tuple((str(k), str(v)) for k, v in data.items() if isinstance(k, str) and isinstance(v, str))
+    options = tuple((k, v) for k, v in data.items() if isinstance(k, str) and isinstance(v, str))
+    for k, v in options:
+        try:
+            (k + v).encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800" escape: text no page can show
+            raise ValueError(f"option {k.encode('utf-8', 'backslashreplace').decode()!r} is not valid Unicode text "
+                             "(it holds a lone surrogate)") from None
+    return options
 
 
 def _page_no(raw: str | None) -> int:
@@ -198,8 +205,12 @@ def create_app(site: ShopSite, *, split: str = "all") -> Flask:
     def item_view(kind: str, asin: str, sub: str = "") -> View:
         if asin not in catalog.by_asin:
             abort(404, description="unknown product")
+        try:
+            options = _parse_options(request.args.get("opt"))
+        except ValueError as exc:
+            abort(400, description=f"bad opt parameter: {exc}")
         return View(kind, query=request.args.get("q", ""), page=_page_no(request.args.get("page")), asin=asin,
-                    options=_parse_options(request.args.get("opt")), sub=sub)
+                    options=options, sub=sub)
 
     @app.get("/s/<sid>/item/<asin>")
     def item(sid: str, asin: str) -> str:
