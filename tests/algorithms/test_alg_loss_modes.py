@@ -231,6 +231,6 @@ def test_kl_matches_reference_values_and_gradients(pairs, kind):
     for i, (p, q) in enumerate(pairs):
         x = T(p, dtype=F64, requires_grad=True)
         v = ref.kl_ref(x, T(q, dtype=F64), kind)
-        assert kl_penalty(lp.detach()[i:i + 1], r[i:i + 1], kind).item() == pytest.approx(float(v), abs=1e-12)
+        assert kl_penalty(lp.detach()[i:i + 1], r[i:i + 1], kind).item() == pytest.approx(float(v.detach()), abs=1e-12)
         v.backward()
         assert lp.grad[i].item() == pytest.approx(x.grad.item() if x.grad is not None else 0.0, abs=1e-12)
