@@ -1,6 +1,6 @@
 """stratagym's GRPO step vs TRL's GRPOTrainer on identical inputs (CPU, 1 thread).
 
-Both train the same tiny local Qwen2 (``stratagym.testing.tiny_lm``) on the same 2 prompts x 8
+Both train the same tiny local Qwen2 (``stratagym.agents.tiny_lm``) on the same 2 prompts x 8
 generations (batch 16), at most 64 new tokens, temperature 1, beta (KL coef) 0.04 with a frozen
 reference model, AdamW, one optimizer step per batch, the same reward function. A step = generation +
 rewards + advantages + log-probs + loss + backward + optimizer step. Work is matched: neither computes
@@ -76,8 +76,8 @@ def _register_env() -> str:
 
 
 def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True):
-    from stratagym.algorithms.config import RecipeConfig
-    from stratagym.algorithms.trainer import Trainer
+    from stratagym.training.config import RecipeConfig
+    from stratagym.training.trainer import Trainer
 
     env_id = _register_env()
     cfg = RecipeConfig.from_dict({
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="all stratagym steps, then all TRL steps (default: one stratagym step after each TRL step, "
                          "so both see the same load)")
     args = ap.parse_args(argv)
-    from stratagym.testing.tiny_lm import TinyLMConfig, tiny_lm_path
+    from stratagym.agents.tiny_lm import TinyLMConfig, tiny_lm_path
 
     cfg = TinyLMConfig() if args.hidden == 64 else TinyLMConfig(hidden_size=args.hidden, intermediate_size=2 * args.hidden,
                                                               num_hidden_layers=4)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from stratagym.envs.core import INFO_KEYS, ConfigError, StepResult, TextEnv, stable_hash
+from stratagym.envs.core import INFO_KEYS, StepResult, TextEnv, stable_hash
+from stratagym.errors import ConfigError
 from stratagym.envs.registry import EnvSpec, get_spec, list_envs, make_agent, register_all, register_env
 
 register_all()

@@ -35,8 +35,8 @@ CLI_PLUGINS = (
     "stratagym.envs.search_qa.cli",
     "stratagym.envs.alfworld.cli",
     "stratagym.envs.webshop.cli",
-    "stratagym.algorithms.cli",
-    "stratagym.eval.cli",
+    "stratagym.training.cli",
+    "stratagym.bench.cli",
     "stratagym.leaderboard.cli",
     "stratagym.studies.cli",
 )

@@ -9,11 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 import stratagym
-from stratagym.agents.play import play_episodes
-from stratagym.envs.core import ConfigError
+from stratagym.agents.scripted import ScriptedPolicy
+from stratagym.errors import ConfigError
 from stratagym.envs.registry import agent_env_kwargs, make_agent, scripted_agent_names
-
-BROWSER_ENV_SUFFIX = "Browser-v0"
+from stratagym.eval.episodes import EpisodeRecord
+from stratagym.training.rollout import InProcessPool, play
 
 
 def run_scripted_demo(*, episodes: int = 8, seed: int = 0, console: Console | None = None, batch: int = 4) -> list[dict]:
@@ -27,7 +27,7 @@ def run_scripted_demo(*, episodes: int = 8, seed: int = 0, console: Console | No
         if not spec.available:
             console.print(f"[yellow]skip[/yellow] {spec.id}: {spec.availability()}")
             continue
-        n_envs = 1 if spec.id.endswith(BROWSER_ENV_SUFFIX) else batch
+        n_envs = min(batch, spec.max_parallel or batch)
         for name in scripted_agent_names(spec.id):
             try:
                 envs = [gym.make(spec.id, **agent_env_kwargs(spec.id, name)) for _ in range(n_envs)]
@@ -35,10 +35,12 @@ def run_scripted_demo(*, episodes: int = 8, seed: int = 0, console: Console | No
                 console.print(f"[yellow]skip[/yellow] {spec.id} ({name}): {exc}")
                 break
             try:
-                agent = make_agent(spec.id, name, envs[0], seed=seed)
-                resets = [{"seed": seed + i} for i in range(episodes)]
+                agent = ScriptedPolicy(make_agent(spec.id, name, envs[0], seed=seed))
+                tasks = list(envs[0].unwrapped.task_ids())
+                wanted = [(tasks[i % len(tasks)], seed + i) for i in range(episodes)]
                 t0 = time.perf_counter()
-                recs = play_episodes(envs, agent, resets)
+                trajs = play(agent, wanted, pool=InProcessPool.from_envs(envs), batch_size=n_envs)
+                recs = [EpisodeRecord.from_trajectory(t) for t in trajs]
                 dt = (time.perf_counter() - t0) / max(len(recs), 1)
                 n = len(recs)
                 row = {

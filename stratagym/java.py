@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = ["JavaUnavailable", "java_home", "java_executable", "anserini_jar", "start_jvm", "autoclass", "jvm_running"]
 

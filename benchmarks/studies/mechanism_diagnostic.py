@@ -28,8 +28,8 @@ import torch
 
 import stratagym  # noqa: F401
 from stratagym.algorithms.registry import get_estimator
-from stratagym.algorithms.rollout import to_advantage_batch
-from stratagym.algorithms.trainer import Trainer
+from stratagym.training.rollout import to_advantage_batch
+from stratagym.training.trainer import Trainer
 from stratagym.studies.definitions import get_study
 from stratagym.studies.runner import recipe_for
 

@@ -1,9 +1,11 @@
 """Agents: LLM policies (prompting, memory, action parsing, generation backends) and scripted agents.
 
-Every agent has the same batched interface (:class:`stratagym.agents.base.Agent`): ``act(observations,
-infos) -> actions`` over all live episodes at once, so LLM agents can batch generation. Trainable
-policies follow :class:`stratagym.agents.policy.Policy` (``generate`` / ``sequence_log_probs``), which the
-trainer uses; :class:`PolicyAgent` puts any policy behind the ``act`` interface for evaluation.
+Everything that acts plays through one rollout loop (:mod:`stratagym.training.rollout`) as a
+:class:`stratagym.agents.policy.Policy`: ``generate(requests)`` over all live episodes at once (so LLM
+policies batch generation), each request carrying the episode's key and history. Trainable policies
+also re-score their samples (``sequence_log_probs``). Scripted agents keep the simpler batched
+:class:`stratagym.agents.base.Agent` interface (``act(observations, infos, episodes)``) and play
+through :class:`~stratagym.agents.scripted.ScriptedPolicy`.
 
 The LLM classes import torch/transformers, so they are loaded on first access.
 """
@@ -11,32 +13,29 @@ The LLM classes import torch/transformers, so they are loaded on first access.
 from typing import Any
 
 from stratagym.agents.base import Agent
-from stratagym.agents.scripted import RandomAgent
+from stratagym.agents.scripted import RandomAgent, ScriptedPolicy
 
 __all__ = [
     "Agent",
     "RandomAgent",
     "Policy",
-    "PolicyAgent",
+    "ScriptedPolicy",
     "Generation",
     "GenerationRequest",
     "SequenceLogProbs",
     "Turn",
     "LLMConfig",
     "LLMPolicy",
-    "LLMAgent",
 ]
 
 _LAZY = {
     "Policy": "stratagym.agents.policy",
-    "PolicyAgent": "stratagym.agents.policy",
     "Generation": "stratagym.agents.policy",
     "GenerationRequest": "stratagym.agents.policy",
     "SequenceLogProbs": "stratagym.agents.policy",
     "Turn": "stratagym.agents.policy",
     "LLMConfig": "stratagym.agents.llm",
     "LLMPolicy": "stratagym.agents.llm",
-    "LLMAgent": "stratagym.agents.llm",
 }
 
 

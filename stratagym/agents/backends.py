@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = [
     "SamplingConfig",

@@ -39,15 +39,15 @@ from stratagym.agents.backends import HFGenerator, OpenAIGenerator, SamplingConf
 from stratagym.agents.policy import (
     Generation,
     GenerationRequest,
-    PolicyAgent,
     SequenceLogProbs,
     pad_right,
     unwrap_model,
 )
 from stratagym.agents.prompts import PromptTemplate, template_for_env
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
+from stratagym.ops import token_logprobs
 
-__all__ = ["LLMConfig", "LLMPolicy", "LLMAgent", "POLICY_CONFIG_FILE"]
+__all__ = ["LLMConfig", "LLMPolicy", "POLICY_CONFIG_FILE"]
 
 POLICY_CONFIG_FILE = "stratagym_policy.json"
 _BACKENDS = ("hf", "vllm", "openai")
@@ -328,16 +328,14 @@ class LLMPolicy:
 
     # ---- protocol: scoring ---------------------------------------------------------------------------------
     def sequence_log_probs(self, payloads: Sequence[Any], *, with_entropy: bool = False) -> SequenceLogProbs:
-        from stratagym.algorithms.losses import entropy_from_logits, token_logprobs
-
         if self.model is None:
             raise ConfigError("this policy has no local model (backend 'openai' is for evaluation only); it cannot be trained")
         if self._reference_of is not None:
             with unwrap_model(self.model).disable_adapter():
-                return self._score(payloads, with_entropy, token_logprobs, entropy_from_logits)
-        return self._score(payloads, with_entropy, token_logprobs, entropy_from_logits)
+                return self._score(payloads, with_entropy)
+        return self._score(payloads, with_entropy)
 
-    def _score(self, payloads, with_entropy, token_logprobs, entropy_from_logits) -> SequenceLogProbs:
+    def _score(self, payloads: Sequence[Any], with_entropy: bool) -> SequenceLogProbs:
         device = self.device
         B = len(payloads)
         plen = torch.tensor([int(p["prompt_ids"].numel()) for p in payloads])
@@ -389,17 +387,6 @@ class LLMPolicy:
             ent = ent.masked_fill(~mask, 0.0)
         samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(device)
         return SequenceLogProbs(lp, mask, ent, samp)
-
-
-class LLMAgent(PolicyAgent):
-    """An :class:`LLMPolicy` behind the batched ``act(observations, infos)`` agent interface (for eval)."""
-
-    def __init__(self, policy: LLMPolicy, *, env_id: str = "", greedy: bool = True):
-        super().__init__(policy, env_id=env_id, greedy=greedy)
-
-    @classmethod
-    def from_pretrained(cls, directory: str, *, env_id: str = "", greedy: bool = True, **overrides: Any) -> "LLMAgent":
-        return cls(LLMPolicy.from_pretrained(directory, **overrides), env_id=env_id, greedy=greedy)
 
 
 def _per_row_logits_to_keep() -> bool:

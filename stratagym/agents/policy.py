@@ -1,7 +1,7 @@
 """The trainable-policy protocol: what the trainer needs from any policy (LLM or small neural scorer).
 
-The trainer (:mod:`stratagym.algorithms.trainer`) and the rollout collector
-(:mod:`stratagym.algorithms.rollout`) never look inside a policy. They only
+The trainer (:mod:`stratagym.training.trainer`) and the rollout collector
+(:mod:`stratagym.training.rollout`) never look inside a policy. They only
 
 1. ask it to act for a batch of live episodes -- :meth:`Policy.generate` takes one
    :class:`GenerationRequest` per live env (current observation, its ``info`` and the episode's history
@@ -17,7 +17,7 @@ The trainer (:mod:`stratagym.algorithms.trainer`) and the rollout collector
 
 Two very different policies fit this shape:
 
-* an **LLM policy** (:class:`stratagym.agents.llm.HFPolicy`): the payload holds the prompt token ids,
+* an **LLM policy** (:class:`stratagym.agents.llm.LLMPolicy`): the payload holds the prompt token ids,
   the response token ids and the sampling log-probs; ``T`` is the number of response tokens
   (right-padded across the batch);
 * a **scorer policy** (e.g. a softmax over the admissible actions for the synthetic envs): the payload
@@ -44,13 +44,14 @@ from typing import Any, Iterator, NamedTuple, Optional, Protocol, Sequence, runt
 
 import torch
 
+from stratagym.envs.core import EpisodeKey
+
 __all__ = [
     "Turn",
     "GenerationRequest",
     "Generation",
     "SequenceLogProbs",
     "Policy",
-    "PolicyAgent",
     "unwrap_model",
     "pad_right",
 ]
@@ -71,12 +72,15 @@ class GenerationRequest:
     ``history`` holds every earlier turn of the episode, oldest first (``history[0].observation`` is
     the episode's first observation, which usually states the task); the policy keeps the part it
     wants. ``env_id`` (e.g. ``"stratagym/SearchQA-v0"``) lets an LLM policy pick its prompt template.
+    ``episode`` identifies the episode (task, seed, copy in the group): a policy that keeps state per
+    episode keys it by ``episode``, never by position in the batch.
     """
 
     observation: str
     info: dict[str, Any]
     history: Sequence[Turn] = ()
     env_id: str = ""
+    episode: Optional[EpisodeKey] = None
 
 
 @dataclass
@@ -116,8 +120,8 @@ class SequenceLogProbs(NamedTuple):
 class Policy(Protocol):
     """A trainable batched policy over text envs (see the module docstring).
 
-    Implementations: :class:`stratagym.agents.llm.HFPolicy` (transformers; the vLLM and OpenAI backends
-    are generation-only variants of it) and the synthetic-env scorer policy.
+    Implementations: :class:`stratagym.agents.llm.LLMPolicy` (transformers; with the vLLM and OpenAI
+    backends it generates elsewhere) and the synthetic-env scorer policy.
     """
 
     #: The trainable module (the trainer may swap in accelerate's wrapper; see the module docstring).
@@ -167,56 +171,3 @@ def pad_right(rows: Sequence[torch.Tensor], value: float | int = 0, dtype: torch
     for i, r in enumerate(rows):
         out[i, : r.numel()] = r
     return out
-
-
-class PolicyAgent:
-    """Adapts a :class:`Policy` to the batched :class:`stratagym.agents.base.Agent` interface.
-
-    Eval loops (``play_episodes``) call ``act(observations, infos)`` for the *live* episodes only, so
-    a position in the batch does not identify an episode from one turn to the next (finished episodes
-    drop out). This agent re-identifies each episode: the live list keeps its order, and a continuing
-    episode has the same ``task_id``, ``step`` one higher and (where the env reports 2+ context levels)
-    ``context_hashes[1]`` equal to the hash of (previous observation, current observation). An episode
-    with ``step == 0`` starts a fresh history.
-    """
-
-    def __init__(self, policy: Policy, *, env_id: str = "", greedy: bool = True):
-        self.policy = policy
-        self.env_id = env_id
-        self.greedy = greedy
-        self._prev: list[tuple[dict[str, Any], str, str, list[Turn]]] = []  # (info, obs, action, history)
-
-    @staticmethod
-    def _same_episode(prev_info: dict[str, Any], info: dict[str, Any]) -> bool:
-        return prev_info.get("task_id") == info.get("task_id") and int(prev_info.get("step", 0)) + 1 == int(
-            info.get("step", 0)
-        )
-
-    @staticmethod
-    def _hash_link(prev_obs: str, info: dict[str, Any]) -> bool:
-        from stratagym.envs.core import combine_hashes, stable_hash
-
-        ctx = info.get("context_hashes") or []
-        return len(ctx) >= 2 and int(ctx[1]) == combine_hashes([stable_hash(prev_obs), int(ctx[0])])
-
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
-        histories: list[list[Turn]] = []
-        p = 0
-        for obs, info in zip(observations, infos):
-            history: list[Turn] = []
-            if int(info.get("step", 0)) > 0:
-                cands = [j for j in range(p, len(self._prev)) if self._same_episode(self._prev[j][0], info)]
-                exact = [j for j in cands if self._hash_link(self._prev[j][1], info)]
-                chosen = exact[0] if exact else (cands[0] if cands else None)
-                if chosen is not None:
-                    _, prev_obs, prev_action, prev_hist = self._prev[chosen]
-                    history = prev_hist + [Turn(prev_obs, prev_action)]
-                    p = chosen + 1
-            histories.append(history)
-        requests = [
-            GenerationRequest(obs, info, tuple(h), self.env_id) for obs, info, h in zip(observations, infos, histories)
-        ]
-        with torch.no_grad():
-            gens = self.policy.generate(requests, greedy=self.greedy)
-        self._prev = [(info, obs, g.action, h) for obs, info, g, h in zip(observations, infos, gens, histories)]
-        return [g.action for g in gens]

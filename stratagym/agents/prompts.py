@@ -189,24 +189,22 @@ PLAIN = PromptTemplate("plain", _build_plain, parse_plain, stop=())
 
 TEMPLATES: dict[str, PromptTemplate] = {t.name: t for t in (SEARCH_R1, THINK_ACTION, PLAIN)}
 
-#: env id substring -> template name (first match wins).
-_FAMILY_TEMPLATES = (("searchqa", "search_r1"), ("search_qa", "search_r1"), ("alfworld", "think_action"),
-                     ("webshop", "think_action"))
-
-
 def template_for_env(env_id: str, info: dict[str, Any] | None = None, override: str | None = None) -> PromptTemplate:
-    """The template for ``env_id``: an explicit ``override`` name, else by family, else ``think_action``
-    when the env lists admissible actions, else ``plain``."""
-    if override:
-        if override not in TEMPLATES:
-            from stratagym.envs.core import ConfigError
+    """The template for ``env_id``: an explicit ``override`` name, else the one its ``EnvSpec`` names
+    (``prompt_template``), else ``think_action`` when the env lists admissible actions, else ``plain``."""
+    from stratagym.envs.registry import get_spec
+    from stratagym.errors import ConfigError
 
-            raise ConfigError(f"unknown prompt template {override!r}; choose one of {sorted(TEMPLATES)}")
-        return TEMPLATES[override]
-    key = env_id.lower()
-    for needle, name in _FAMILY_TEMPLATES:
-        if needle in key:
-            return TEMPLATES[name]
+    name = override
+    if not name:
+        try:
+            name = get_spec(env_id).prompt_template
+        except KeyError:  # an env registered with gymnasium directly: no spec, pick by its info
+            name = None
+    if name:
+        if name not in TEMPLATES:
+            raise ConfigError(f"unknown prompt template {name!r}; choose one of {sorted(TEMPLATES)}")
+        return TEMPLATES[name]
     if info is not None and info.get("admissible_actions"):
         return THINK_ACTION
     return PLAIN

@@ -32,15 +32,19 @@ import string
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from stratagym.errors import ConfigError  # re-exported: env code raises it for bad configuration
+
 __all__ = [
     "INFO_KEYS",
     "ContextTracker",
+    "EpisodeKey",
+    "EpisodeRngs",
     "StepResult",
     "TextEnv",
     "TextSpace",
@@ -71,13 +75,6 @@ NO_CONTEXT = -1  # marks a history level that is not available yet (in algorithm
 # character unicodedata lookup cost ~10 us per step, this ~1 us.
 _CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
-
-
-class ConfigError(ValueError):
-    """Bad configuration (missing index, corrupt data file, unknown split...).
-
-    Raised at construction, never from ``step``. The message says what is wrong and how to fix it.
-    """
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,6 +124,43 @@ def combine_hashes(hashes: Iterable[int]) -> int:
     for h in it:
         acc = _combine2(acc, int(h))
     return acc
+
+
+class EpisodeKey(NamedTuple):
+    """Who an episode is: its task, its reset seed and which copy of a group it is.
+
+    The rollout loop hands one key per live episode to every agent call, so an agent that keeps state
+    per episode (an oracle's plan, a random agent's generator) keys it by episode, never by position in
+    the batch: positions shift when a batch-mate finishes. The key is made of what defines the episode,
+    not of incidental choices (batch size, worker count, resume point), so an agent whose randomness
+    comes from :meth:`rng_seed` acts the same however the episodes are batched.
+    """
+
+    task_id: str
+    seed: int | None
+    copy: int = 0
+
+    def rng_seed(self, agent_seed: int = 0) -> int:
+        """A 63-bit seed for this episode's own random generator, stable across processes."""
+        return stable_hash(f"{int(agent_seed)}|{self.task_id}|{self.seed}|{self.copy}")
+
+
+class EpisodeRngs:
+    """One numpy generator per episode, for agents that act at random.
+
+    A single generator shared by a batch would hand out draws in batch order, so an episode's actions
+    would depend on which episodes happen to share its batch. Here each episode gets a generator seeded
+    from ``(agent seed, episode key)`` when it starts (``info["step"] == 0``, or first seen).
+    """
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+        self._rngs: dict[EpisodeKey, np.random.Generator] = {}
+
+    def get(self, episode: EpisodeKey, info: dict[str, Any]) -> np.random.Generator:
+        if episode not in self._rngs or int(info.get("step", 0)) == 0:
+            self._rngs[episode] = np.random.default_rng(episode.rng_seed(self.seed))
+        return self._rngs[episode]
 
 
 class ContextTracker:

@@ -30,9 +30,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import gymnasium as gym
 
-__all__ = ["EnvSpec", "register_env", "register_all", "list_envs", "get_spec", "ENTRY_POINT_GROUP", "load_object"]
+__all__ = ["CONTRACT_METADATA_KEYS", "EnvSpec", "register_env", "register_all", "list_envs", "get_spec", "ENTRY_POINT_GROUP", "load_object"]
 
 ENTRY_POINT_GROUP = "stratagym.envs"
+
+#: The structural ``info`` keys every env fills meaningfully (see ``INFO_KEYS`` in ``envs.core``; the
+#: tool counts are meaningful only for envs with tools).
+CONTRACT_METADATA_KEYS: tuple[str, ...] = ("task_id", "step", "action_valid", "state_hash", "context_hashes", "won", "score")
 log = logging.getLogger(__name__)
 
 
@@ -45,7 +49,22 @@ class EnvSpec:
     absolute paths, e.g. ``/usr/bin/chromium``) that pip cannot provide. ``agents`` maps scripted agent names (e.g. ``"random"``,
     ``"oracle"``) to ``"module:Class"`` strings; each class is built as ``Class(env, seed=...)``.
     ``metadata_keys`` names the structural ``info`` keys the env fills meaningfully (the trainer checks
-    an estimator's needs against it).
+    an estimator's needs against it); left out, it is derived from the contract: the keys every env
+    fills, plus ``tool_calls``/``search_count`` when ``tools`` is not empty and ``admissible_actions``
+    when ``lists_actions``.
+
+    The spec is the one place that holds what the rest of stratagym knows about the env, so nothing
+    outside the env's package matches on its id:
+
+    * ``prompt_template``: the name of the LLM prompt template (``stratagym.agents.prompts.TEMPLATES``:
+      ``search_r1``, ``think_action``, ``plain``); left out, ``think_action`` when the env lists its
+      admissible actions, else ``plain``;
+    * ``primary_metric``: the metric the leaderboard ranks the env by (``success``, ``em``,
+      ``webshop_score``...);
+    * ``success_from_score``: success means a full score (WebShop) rather than ``info["won"]``;
+    * ``record_info_keys``: the per-episode ``info`` keys an eval keeps in its records (QA's F1, ALFWorld's
+      task type...), which the aggregator turns into extra metrics;
+    * ``max_parallel``: the most envs one process should run at once (a browser env: 1).
     """
 
     id: str
@@ -55,10 +74,28 @@ class EnvSpec:
     requires_executables: tuple[str, ...] = ()
     extra: str | None = None
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-    metadata_keys: tuple[str, ...] = ("task_id", "step", "action_valid", "state_hash", "context_hashes", "won", "score")
+    metadata_keys: tuple[str, ...] | None = None
     agents: Mapping[str, str] = field(default_factory=dict)
     max_episode_steps: int | None = None
     source: str = "stratagym"
+    tools: tuple[str, ...] = ()
+    lists_actions: bool = False
+    prompt_template: str | None = None
+    primary_metric: str = "success"
+    success_from_score: bool = False
+    record_info_keys: tuple[str, ...] = ()
+    max_parallel: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.metadata_keys is None:
+            keys = list(CONTRACT_METADATA_KEYS)
+            if self.tools:
+                keys[3:3] = ["tool_calls", "search_count"]
+            if self.lists_actions:
+                keys.append("admissible_actions")
+            object.__setattr__(self, "metadata_keys", tuple(keys))
+        else:
+            object.__setattr__(self, "metadata_keys", tuple(self.metadata_keys))
 
     def missing_modules(self) -> list[str]:
         missing = []

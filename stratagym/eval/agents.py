@@ -9,8 +9,9 @@ spec                           agent
 ``openai:<model>@<url>``       a model served behind an OpenAI-compatible HTTP API
 =============================  =====================================================================
 
-:func:`build_agent` is the one place that turns a spec into an object with a batched
-``act(observations, infos)``; LLM specs go through the agent factory of :mod:`stratagym.agents`.
+:func:`build_agent` is the one place that turns a spec into a policy the rollout loop plays
+(:class:`~stratagym.agents.scripted.ScriptedPolicy` around a scripted agent, or an
+:class:`~stratagym.agents.llm.LLMPolicy`).
 """
 
 from __future__ import annotations
@@ -104,16 +105,18 @@ def scripted_env_kwargs(spec: AgentSpec, env_id: str) -> dict[str, Any]:
 
 
 def build_agent(spec: AgentSpec, env_id: str, env: gym.Env, *, seed: int = 0, **options: Any) -> Any:
-    """An agent with a batched ``act`` for ``env_id`` (``env`` is one of the eval's envs).
+    """A policy for ``env_id`` that the rollout loop plays (``env`` is one of the eval's envs).
 
-    Scripted agents come from the env's registry entry; LLM agents (checkpoint/hf/openai) from
-    :func:`stratagym.agents.make_llm_agent`, the factory the trainer shares.
+    Scripted agents come from the env's registry entry, wrapped in a ``ScriptedPolicy``; LLM agents
+    (checkpoint/hf/openai) are ``LLMPolicy`` objects.
     """
     if spec.is_scripted:
         from stratagym.envs.registry import make_agent
 
         try:
-            return make_agent(env_id, spec.name, env, seed=seed)
+            from stratagym.agents.scripted import ScriptedPolicy
+
+            return ScriptedPolicy(make_agent(env_id, spec.name, env, seed=seed))
         except KeyError as exc:
             raise AgentSpecError(str(exc).strip('"')) from None
     return _llm_agent(spec, env_id, seed=seed, **options)
@@ -121,11 +124,7 @@ def build_agent(spec: AgentSpec, env_id: str, env: gym.Env, *, seed: int = 0, **
 
 def _llm_agent(spec: AgentSpec, env_id: str, *, seed: int, **options: Any) -> Any:
     try:
-        from stratagym.agents import make_llm_agent as factory  # type: ignore[attr-defined]
-    except ImportError:
-        factory = _default_llm_factory
-    try:
-        return factory(spec.raw, env_id=env_id, seed=seed, **options)
+        return _llm_policy(spec.raw, env_id=env_id, seed=seed, **options)
     except (OSError, ValueError) as exc:
         if spec.kind == "hf" and not Path(spec.name).exists():
             where = (
@@ -140,21 +139,22 @@ def _llm_agent(spec: AgentSpec, env_id: str, *, seed: int, **options: Any) -> An
         raise AgentSpecError(f"could not load agent {spec.raw!r}: {exc}") from exc
 
 
-def _default_llm_factory(raw: str, *, env_id: str, seed: int = 0, greedy: bool = True, **options: Any) -> Any:
-    """Build an :class:`stratagym.agents.llm.LLMAgent` from a spec (used until ``stratagym.agents``
-    exports its own ``make_llm_agent``). ``options`` are :class:`~stratagym.agents.llm.LLMConfig` fields."""
+def _llm_policy(raw: str, *, env_id: str, seed: int = 0, greedy: bool = True, **options: Any) -> Any:
+    """An :class:`stratagym.agents.llm.LLMPolicy` from a spec; ``options`` are
+    :class:`~stratagym.agents.llm.LLMConfig` fields (``greedy`` is the harness's: it plays greedily
+    unless told otherwise)."""
     import torch
 
-    from stratagym.agents.llm import LLMAgent, LLMConfig, LLMPolicy
+    from stratagym.agents.llm import LLMConfig, LLMPolicy
 
     spec = parse_agent_spec(raw)
     torch.manual_seed(seed)
     if spec.kind in ("checkpoint", "hf"):
-        return LLMAgent.from_pretrained(spec.name, env_id=env_id, greedy=greedy, **options)
+        return LLMPolicy.from_pretrained(spec.name, **options)
     if spec.kind == "openai":
         openai = {"base_url": spec.url, "model": spec.name, **dict(options.pop("openai", {}) or {})}
         cfg = LLMConfig(model=options.pop("model", spec.name), backend="openai", openai=openai, **options)
-        return LLMAgent(LLMPolicy.from_config(cfg), env_id=env_id, greedy=greedy)
+        return LLMPolicy.from_config(cfg)
     raise AgentSpecError(f"{raw!r} is not an LLM agent spec")
 
 

@@ -1,6 +1,6 @@
 """Per-env metrics from per-episode outcomes, each with its sample size, a 95% CI and an across-seed spread.
 
-Input rows are :class:`stratagym.agents.play.EpisodeRecord` objects or their ``to_dict()`` form (what the
+Input rows are :class:`stratagym.eval.episodes.EpisodeRecord` objects or their ``to_dict()`` form (what the
 eval harness stores as per-task outcomes). What is computed:
 
 =========================  =======================================================================
@@ -36,7 +36,6 @@ from stratagym.eval.stats import Estimate, SeedSummary, across_seeds, mean, prop
 __all__ = [
     "Aggregate",
     "aggregate",
-    "family_of",
     "primary_metric",
     "higher_is_better",
     "IN_DISTRIBUTION_SPLITS",
@@ -50,24 +49,29 @@ OUT_OF_DISTRIBUTION_SPLITS = frozenset({"valid_unseen", "eval_out_of_distributio
 #: Metrics where smaller is better (everything else ranks descending).
 LOWER_IS_BETTER = frozenset({"turns"})
 
-_PRIMARY = {"webshop": "webshop_score", "alfworld": "success", "qa": "em", "generic": "success"}
 
 
-def family_of(env_id: str) -> str:
-    """The metric family of an env id: ``webshop``, ``alfworld``, ``qa`` or ``generic``."""
-    low = env_id.lower()
-    if "webshop" in low:
-        return "webshop"
-    if "alfworld" in low:
-        return "alfworld"
-    if "qa" in low.rsplit("/", 1)[-1]:
-        return "qa"
-    return "generic"
+@dataclass(frozen=True)
+class _MetricRules:
+    """What the aggregator needs from an env's spec (defaults for envs registered without one)."""
+
+    primary_metric: str = "success"
+    success_from_score: bool = False
+
+
+def _rules(env_id: str) -> _MetricRules:
+    from stratagym.envs.registry import get_spec
+
+    try:
+        spec = get_spec(env_id)
+    except KeyError:
+        return _MetricRules()
+    return _MetricRules(spec.primary_metric, spec.success_from_score)
 
 
 def primary_metric(env_id: str) -> str:
-    """The metric a leaderboard ranks ``env_id`` by by default (the paper's headline figure)."""
-    return _PRIMARY[family_of(env_id)]
+    """The metric a leaderboard ranks ``env_id`` by by default: its ``EnvSpec.primary_metric``."""
+    return _rules(env_id).primary_metric
 
 
 def higher_is_better(metric: str) -> bool:
@@ -110,14 +114,18 @@ def _split_of(row: Mapping[str, Any], default: str | None) -> str | None:
     return row["extra"].get("split") or row.get("split") or default
 
 
-def _estimates(rows: Sequence[Mapping[str, Any]], family: str, split: str | None) -> dict[str, Estimate]:
+def _won(row: Mapping[str, Any], rules: _MetricRules) -> bool:
+    if rules.success_from_score:
+        return float(row.get("score", 0.0)) >= 1.0 - 1e-9
+    return bool(row.get("won", False))
+
+
+def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: str | None) -> dict[str, Estimate]:
     m: dict[str, Estimate] = {}
     scores = [float(r.get("score", 0.0)) for r in rows]
-    if family == "webshop":
-        m["success"] = proportion(s >= 1.0 - 1e-9 for s in scores)
+    m["success"] = proportion(_won(r, rules) for r in rows)
+    if rules.primary_metric == "webshop_score":  # WebShop's headline: mean reward x 100
         m["webshop_score"] = mean(float(r.get("total_reward", 0.0)) for r in rows).scaled(100.0)
-    else:
-        m["success"] = proportion(bool(r.get("won", False)) for r in rows)
     m["mean_reward"] = mean(float(r.get("total_reward", 0.0)) for r in rows)
     m["score"] = mean(scores)
 
@@ -126,14 +134,14 @@ def _estimates(rows: Sequence[Mapping[str, Any]], family: str, split: str | None
         vals = [r["extra"].get(key) for r in rows]
         if vals and all(v is not None for v in vals):
             m[key] = proportion(float(v) >= 0.5 for v in vals) if kind == "p" else mean(float(v) for v in vals)
-    if family == "qa" and "em" not in m:
+    if rules.primary_metric == "em" and "em" not in m:
         m["em"] = proportion(bool(r.get("won", False)) for r in rows)
 
     # Success per task type (ALFWorld) and per distribution.
     by_type: dict[str, list[bool]] = defaultdict(list)
     by_dist: dict[str, list[bool]] = defaultdict(list)
     for r in rows:
-        won = bool(r.get("won", False)) if family != "webshop" else float(r.get("score", 0.0)) >= 1.0 - 1e-9
+        won = _won(r, rules)
         if r["extra"].get("task_type") is not None:
             by_type[str(r["extra"]["task_type"])].append(won)
         sp = _split_of(r, split)
@@ -161,8 +169,8 @@ def aggregate(episodes: Iterable[Any], *, env_id: str, split: str | None = None)
     rows = [_row(e) for e in episodes]
     if not rows:
         raise ValueError("aggregate needs at least one episode")
-    family = family_of(env_id)
-    metrics = _estimates(rows, family, split)
+    rules = _rules(env_id)
+    metrics = _estimates(rows, rules, split)
     distributions = {
         "search_count": _hist(int(r.get("search_count", 0)) for r in rows),
         "turns": _hist(int(r.get("turns", 0)) for r in rows),
@@ -171,7 +179,7 @@ def aggregate(episodes: Iterable[Any], *, env_id: str, split: str | None = None)
     for r in rows:
         by_seed[str(r.get("seed"))].append(r)
     per_seed = {
-        seed: {k: est.value for k, est in _estimates(rs, family, split).items()} for seed, rs in sorted(by_seed.items())
+        seed: {k: est.value for k, est in _estimates(rs, rules, split).items()} for seed, rs in sorted(by_seed.items())
     }
     spread = {k: across_seeds([per_seed[s].get(k, math.nan) for s in per_seed]) for k in metrics}
     return Aggregate(metrics=metrics, distributions=distributions, per_seed=per_seed, across_seeds=spread)

@@ -1,7 +1,7 @@
 """The eval harness: play an agent on an env's tasks, resumably, and write a result record.
 
 ``evaluate`` plays ``n`` tasks of a split once per seed with the batched play loop
-(:func:`stratagym.agents.play.play_episodes`), then aggregates (:mod:`stratagym.eval.aggregate`) and
+(:func:`stratagym.training.rollout.play`: the training collector at group size 1), then aggregates (:mod:`stratagym.eval.aggregate`) and
 writes the versioned record (:mod:`stratagym.eval.records`).
 
 Resuming. Each finished episode is appended to ``<out>.progress.jsonl`` as one JSON line and fsynced
@@ -32,6 +32,8 @@ import gymnasium as gym
 
 from stratagym.eval.agents import AgentSpec, AgentSpecError, build_agent, parse_agent_spec, scripted_env_kwargs
 from stratagym.eval.aggregate import aggregate
+from stratagym.eval.episodes import EpisodeRecord
+from stratagym.training.rollout import InProcessPool, play
 from stratagym.eval.records import (
     content_hash_text,
     env_version,
@@ -88,9 +90,12 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
             break  # torn last line: killed mid-write
         line = data[pos:nl]
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8: not written by us
             break
+        if not isinstance(row, dict):
+            break
+        rows.append(row)
         pos = nl + 1
         good = pos
     return rows, good
@@ -114,7 +119,9 @@ class _ProgressLog:
         self.identity_hash = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
         self.done: dict[tuple[int, str], dict[str, Any]] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() and resume:
+        # A file without one complete line (empty, or a torn header) is what a kill between creating the
+        # file and writing its header leaves: no episode can be in it, so it is no progress: start fresh.
+        if path.exists() and resume and b"\n" in path.read_bytes():
             rows, good = _read_lines(path)
             if not rows or rows[0].get("type") != "header":
                 raise EvalError(f"{path} is not a stratagym progress file; delete it or choose another --out")
@@ -248,7 +255,7 @@ def evaluate(
     from stratagym.envs.registry import get_spec
 
     try:
-        get_spec(config.env_id)
+        spec_env = get_spec(config.env_id)
     except KeyError as exc:
         raise EvalError(str(exc).strip('"')) from None
     env_kwargs = dict(config.env_kwargs)
@@ -305,31 +312,32 @@ def evaluate(
         elif callable(progress):
             progress(len(done), total)
 
+    info_keys = tuple(spec_env.record_info_keys)
     envs = _make_envs(config.env_id, min(config.batch_size, total), env_kwargs) if len(done) < total else []
-    agent: Any = None
+    policy: Any = None
+    greedy = bool(config.agent_options.get("greedy", True))
     try:
         for seed in seeds:
             pending = [t for t in tasks if (seed, t) not in done]
             if not pending:
                 continue
             if agent_factory is not None:
-                agent = agent_factory(seed)
-            elif spec.is_scripted or agent is None:
-                agent = build_agent(spec, config.env_id, envs[0], seed=seed, **config.agent_options)
-            else:  # an LLM agent is loaded once; each seed re-seeds its sampler
+                policy = agent_factory(seed)
+            elif spec.is_scripted or policy is None:
+                policy = build_agent(spec, config.env_id, envs[0], seed=seed, **config.agent_options)
+            else:  # an LLM policy is loaded once; each seed re-seeds its sampler
                 _reseed(seed)
-            from stratagym.agents.play import play_episodes
 
-            def on_episode(rec: Any, _seed: int = seed) -> None:
-                ep = rec.to_dict()
+            def on_episode(traj: Any, _seed: int = seed) -> None:
+                ep = EpisodeRecord.from_trajectory(traj, info_keys).to_dict()
                 ep["seed"] = _seed
                 done[(_seed, ep["task_id"])] = ep
                 if log is not None:
                     log.add(_seed, ep)
                 report()
 
-            resets = [{"seed": seed, "options": {"task_id": t}} for t in pending]
-            play_episodes(envs, agent, resets, on_episode=on_episode)
+            play(policy, [(t, seed) for t in pending], pool=InProcessPool.from_envs(envs),
+                 batch_size=len(envs), greedy=greedy, on_episode=on_episode)
     finally:
         for env in envs:
             env.close()

@@ -64,7 +64,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
 
             import stratagym
 
-            from stratagym.envs.core import ConfigError
+            from stratagym.errors import ConfigError
 
             spec = next((s for s in stratagym.list_envs() if s.id == study.env_id), None)
             why = None

@@ -136,7 +136,7 @@ class ScorerPolicy:
         known = set(ScorerConfig.__dataclass_fields__)
         unknown = sorted(set(options) - known)
         if unknown:
-            from stratagym.envs.core import ConfigError
+            from stratagym.errors import ConfigError
 
             raise ConfigError(f"unknown ScorerPolicy option(s) {unknown}; valid: {sorted(known | {'seed', 'sample_seed'})}")
         return cls(ScorerConfig(**options), seed=seed, sample_seed=sample_seed)

@@ -1,4 +1,4 @@
-"""Run a study: every (method, seed) trained by the project's :class:`~stratagym.algorithms.trainer.Trainer`
+"""Run a study: every (method, seed) trained by the project's :class:`~stratagym.training.trainer.Trainer`
 with the scorer policy, evaluated on a fixed schedule, then summarised (table, plots, leaderboard records).
 
 Only the estimator (and, for HGPO's K, the env's ``context_k``) differs between the arms of a study; the
@@ -34,7 +34,7 @@ def slug(text: str) -> str:
 
 def recipe_for(study: Study, method: Method, seed: int, output_dir: str) -> Any:
     """The training recipe of one arm and seed (a :class:`RecipeConfig`, validated)."""
-    from stratagym.algorithms.config import (
+    from stratagym.training.config import (
         AlgorithmConfig,
         EnvConfig,
         LossConfig,
@@ -108,8 +108,8 @@ class StudyRun:
 def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task: int | None = None,
             on_iteration: Optional[Callable[[int], None]] = None) -> StudyRun:
     """Train one arm with one seed through the Trainer and evaluate it on the study's schedule."""
-    from stratagym.algorithms.rollout import InProcessPool, RolloutCollector
-    from stratagym.algorithms.trainer import Trainer
+    from stratagym.training.rollout import InProcessPool, RolloutCollector
+    from stratagym.training.trainer import Trainer
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stratagym-study-") as tmp:
@@ -170,7 +170,6 @@ def weights_hash(policy: Any) -> str:
 def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dict[str, Any]:
     """A leaderboard result record for one arm: the eval harness plays every task greedily once per
     training seed, with the policy trained under that seed (record ``seeds`` = training seeds)."""
-    from stratagym.agents.policy import PolicyAgent
     from stratagym.eval.harness import EvalConfig, evaluate
 
     policies = {r.seed: r.policy for r in runs}
@@ -205,7 +204,7 @@ def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dic
         },
     )
     return evaluate(config, progress=False,
-                    agent_factory=lambda s: PolicyAgent(policies[s], env_id=study.env_id, greedy=True))
+                    agent_factory=lambda s: policies[s])
 
 
 def metric_names(results: dict[str, Any]) -> list[str]:

@@ -11,7 +11,7 @@ from stratagym.agents.backends import HFGenerator, SamplingConfig
 from stratagym.agents.fused_decode import FusedDecoder, fused_decoder_for, unsupported_reason
 from stratagym.agents.llm import LLMConfig, LLMPolicy
 from stratagym.agents.policy import GenerationRequest
-from stratagym.testing.tiny_lm import tiny_lm_path
+from stratagym.agents.tiny_lm import tiny_lm_path
 
 
 def _tiny_llama(attention_bias: bool, mlp_bias: bool, kv_heads: int) -> torch.nn.Module:

@@ -13,10 +13,10 @@ import torch
 
 from stratagym.agents.backends import SamplingConfig, parse_vllm_outputs, repair_stop, vllm_weight_items
 from stratagym.agents.llm import LLMConfig, LLMPolicy
-from stratagym.agents.policy import GenerationRequest, Policy, PolicyAgent, Turn
+from stratagym.agents.policy import GenerationRequest, Policy, Turn
 from stratagym.agents.prompts import parse_search_r1, parse_think_action, template_for_env
 from stratagym.envs.core import ConfigError
-from stratagym.testing.tiny_lm import tiny_lm_path
+from stratagym.agents.tiny_lm import tiny_lm_path
 
 
 @pytest.fixture(scope="module")
@@ -159,18 +159,17 @@ def test_lora_reference_is_base_model(tmp_path):
         assert torch.allclose(back.sequence_log_probs([g.payload for g in gens]).logprobs, cur, atol=1e-5)
 
 
-def test_policy_agent_plays_episodes(policy):
+def test_llm_policy_plays_episodes_through_the_rollout_loop(policy):
     import gymnasium as gym
 
     import stratagym
-    from stratagym.agents.play import play_episodes
+    from tests.helpers import play_records
 
     env_id = "stratagym/CueCorridor-v0"
     if env_id not in [s.id for s in stratagym.list_envs(available_only=True)]:
         pytest.skip("synthetic envs not available")
     envs = [gym.make(env_id) for _ in range(2)]
-    agent = PolicyAgent(policy, env_id=env_id, greedy=True)
-    records = play_episodes(envs, agent, [{"seed": i} for i in range(3)])
+    records = play_records(envs, policy, [(i, i) for i in range(3)])
     assert len(records) == 3 and all(r.turns >= 1 for r in records)
 
 

@@ -8,7 +8,7 @@ import torch
 
 import stratagym.agents.llm as llm
 from stratagym.agents.llm import LLMConfig, LLMPolicy
-from stratagym.testing.tiny_lm import tiny_lm_path
+from stratagym.agents.tiny_lm import tiny_lm_path
 
 
 def _payloads() -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import stratagym  # noqa: F401  (registers the env)
-from stratagym.agents.play import play_episodes
+from tests.helpers import play_records
 from stratagym.agents.scripted import RandomAgent
 from stratagym.envs.alfworld.agents import HandCodedExpertAgent, PlannerExpertAgent
 from stratagym.envs.alfworld.generator import TASK_TYPES
@@ -37,8 +37,7 @@ def test_default_make_passes_gymnasium_checker():
 
 def test_planner_expert_wins_every_task_type(planner_env, one_game_per_type):
     agent = PlannerExpertAgent(planner_env, seed=0)
-    resets = [{"seed": 0, "options": {"task_id": tid}} for tid in one_game_per_type.values()]
-    records = play_episodes([planner_env], agent, resets)
+    records = play_records([planner_env], agent, [(tid, 0) for tid in one_game_per_type.values()])
     by_type = {r.extra["task_type"]: r for r in records}
     assert set(by_type) == set(TASK_TYPES)
     for task_type, rec in by_type.items():
@@ -76,7 +75,7 @@ def test_random_agent_loses_at_the_step_limit(one_game_per_type):
     env = gym.make(ENV_ID, data_path="bundled")
     try:
         agent = RandomAgent(env, seed=0)
-        (rec,) = play_episodes([env], agent, [{"seed": 0, "options": {"task_id": one_game_per_type["pick_two_obj_and_place"]}}])
+        (rec,) = play_records([env], agent, [(one_game_per_type["pick_two_obj_and_place"], 0)])
         assert not rec.won and rec.truncated and rec.turns == 50 and rec.total_reward == 0.0
     finally:
         env.close()
@@ -193,7 +192,7 @@ def test_expert_run_over_eval_splits_reports_success_per_task_type(split):
             ids = list(u.task_ids())
             if name == "handcoded":
                 ids = list({u.task_type(t): t for t in reversed(ids)}.values())
-            records = play_episodes([env], cls(env), [{"seed": 0, "options": {"task_id": t}} for t in ids])
+            records = play_records([env], cls(env), [(t, 0) for t in ids])
         finally:
             env.close()
         per_type = collections.defaultdict(list)

@@ -19,7 +19,11 @@ import gymnasium as gym
 import torch
 from gymnasium.utils.env_checker import check_env
 import stratagym
-from stratagym.agents.play import play_episodes
+from stratagym.agents.prompts import template_for_env
+from stratagym.agents.scripted import ScriptedPolicy
+from stratagym.eval.aggregate import aggregate, primary_metric
+from stratagym.eval.episodes import EpisodeRecord
+from stratagym.training.rollout import InProcessPool, play
 from stratagym.algorithms.advantages import grpo
 from stratagym.envs.registry import make_agent
 
@@ -28,15 +32,22 @@ env = gym.make(spec.id)
 check_env(env.unwrapped, skip_render_check=True)
 # An algorithm-ready rollout: G=4 copies of each of 3 tasks, oracle vs random agents mixed.
 rows = []
+recs = []
 for g, task in enumerate(env.unwrapped.task_ids()[:3]):
     for member in range(4):
         agent = make_agent(spec.id, "oracle" if member % 2 == 0 else "random", env, seed=member)
-        (rec,) = play_episodes([env], agent, [{"seed": member, "options": {"task_id": task}}])
+        (traj,) = play(ScriptedPolicy(agent), [(task, member)], pool=InProcessPool.from_envs([env]), batch_size=1)
+        rec = EpisodeRecord.from_trajectory(traj, spec.record_info_keys)
         rows.append((g, rec.total_reward, rec.search_count))
+        recs.append(rec)
 rewards = torch.tensor([r for _, r, _ in rows])
 group = torch.tensor([g for g, _, _ in rows])
 adv = grpo(rewards, group)
+agg = aggregate(recs, env_id=spec.id)
 print(json.dumps({"source": spec.source, "listed": spec.id in [s.id for s in stratagym.list_envs()],
+                  "template": template_for_env(spec.id).name, "metric": primary_metric(spec.id),
+                  "metric_value": agg.metrics[primary_metric(spec.id)].value,
+                  "metadata_keys": list(spec.metadata_keys), "extra_keys": sorted({k for r in recs for k in r.extra}),
                   "rewards": rewards.tolist(), "searches": [s for *_, s in rows], "adv": adv.tolist()}))
 """
 
@@ -57,6 +68,13 @@ def test_entry_point_env_registers_and_trains(installed):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["source"] == "stratagym-example-kv" and result["listed"]
+    # Everything beyond the env comes from its spec alone: prompt, leaderboard metric, record keys,
+    # and metadata keys derived from the contract (a search tool, listed actions).
+    assert result["template"] == "think_action" and result["metric"] == "success"
+    assert result["metric_value"] == sum(r == 1.0 for r in result["rewards"]) / 12 >= 0.5  # the oracle half wins
+    assert result["extra_keys"] == ["answer"]
+    assert result["metadata_keys"] == ["task_id", "step", "action_valid", "tool_calls", "search_count", "state_hash",
+                                       "context_hashes", "won", "score", "admissible_actions"]
     rewards, searches, adv = result["rewards"], result["searches"], result["adv"]
     # Oracle members (even indices) search twice and win.
     assert [rewards[i] for i in range(0, 12, 2)] == [1.0] * 6

@@ -8,7 +8,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import stratagym
-from stratagym.agents.play import play_episodes
+from tests.helpers import play_records
 from stratagym.envs.core import INFO_KEYS
 from stratagym.envs.registry import agent_env_kwargs, make_agent, scripted_agent_names
 
@@ -79,7 +79,7 @@ def test_scripted_agents_finish_episodes(env_id):
         env = gym.make(env_id, **agent_env_kwargs(env_id, name))
         try:
             agent = make_agent(env_id, name, env, seed=0)
-            (record,) = play_episodes([env], agent, [{"seed": 0}])
+            (record,) = play_records([env], agent, [(0, 0)])
             assert record.turns >= 1 and 0.0 <= record.score <= 1.0
         finally:
             env.close()

@@ -39,7 +39,7 @@ SUITE = textwrap.dedent(
 
 @pytest.mark.slow
 def test_bench_trains_evaluates_submits_renders_and_resumes(tmp_path):
-    from stratagym.eval.bench import run_bench
+    from stratagym.bench.runner import run_bench
     from stratagym.leaderboard.store import Leaderboard
 
     suite = tmp_path / "tiny.yaml"

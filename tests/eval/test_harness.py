@@ -140,7 +140,7 @@ def test_hub_name_fails_offline_with_a_clear_message(monkeypatch):
 @pytest.mark.slow
 def test_checkpoint_folder_llm_agent(tmp_path):
     """A real (tiny) transformers checkpoint is evaluated through the LLM agent."""
-    from stratagym.testing.tiny_lm import tiny_lm_path
+    from stratagym.agents.tiny_lm import tiny_lm_path
 
     ck = tiny_lm_path()
     rec = evaluate(EvalConfig(agent=str(ck), env_id=TOY_ID, n=4, seeds=[0], batch_size=4, max_steps=2,

@@ -72,7 +72,7 @@ class ToyOracle:
     def __init__(self, env, *, seed: int = 0):
         self.env = env
 
-    def act(self, observations, infos):
+    def act(self, observations, infos, episodes):
         return [info["oracle_action"] for info in infos]
 
 
@@ -82,6 +82,7 @@ def register() -> None:
         entry_point="toy_env:ToyEnv",
         description="test toy env",
         agents={"oracle": "toy_env:ToyOracle"},
+        record_info_keys=("task_type", "split"),
     ))
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.agents.play import play_episodes
+from tests.helpers import play_records
 from stratagym.agents.scripted import RandomAgent
 from stratagym.envs.core import ConfigError, stable_hash
 from stratagym.envs.registry import make_agent
@@ -82,10 +82,9 @@ def test_partial_answer_scores_f1_not_em(env):
 
 
 @pytest.mark.parametrize("action, reason", [
-    ("I think it is Kubae.", "neither"),
-    ("<search>Kubae</search><answer>Kubae</answer>", "both"),
-    ("<search>  </search>", "empty"),
-    ("<search>" + "Kubae " * 200 + "</search>", "too long"),
+    ("I think it is Kubae.", "no complete"),
+    ("<search>Kubae</answer>", "no complete"),  # Search-R1: the closing tag must match the opening one
+    ("<SEARCH>Kubae</SEARCH>", "no complete"),  # Search-R1's tags are case-sensitive
     (12345, "must be text"),
 ])
 def test_invalid_turns_get_the_corrective_observation(env, action, reason):
@@ -96,13 +95,15 @@ def test_invalid_turns_get_the_corrective_observation(env, action, reason):
 
 
 def test_turn_limit_truncates_with_zero_reward():
+    # max_turns=2 is Search-R1's: two search rounds, then a final turn whose search retrieves nothing.
     e = SearchQAEnv(split="test", max_turns=2)
     e.reset(seed=0)
-    _, _, term, trunc, info = e.step("<search> Kubae </search>")
-    assert not term and not trunc and "em" not in info
-    _, r, term, trunc, info = e.step("<search> Kubae river </search>")
+    for q in ("Kubae", "Kubae river"):
+        obs, _, term, trunc, info = e.step(f"<search> {q} </search>")
+        assert not term and not trunc and "em" not in info and "Doc 1" in obs
+    obs, r, term, trunc, info = e.step("<search> Kubae king </search>")
     assert trunc and not term and r == 0.0 and info["em"] == 0.0 and info["answer"] is None
-    assert info["search_count"] == 2
+    assert info["search_count"] == 3 and obs == "\n\n<information></information>\n\n"
 
 
 class _Broken(Retriever):
@@ -135,7 +136,7 @@ def test_dead_server_is_an_observation():
 
 
 def test_bad_configuration_raises_config_error():
-    for kwargs in ({"topk": 0}, {"max_turns": 0}, {"split": "dev"}, {"dataset": "nq"},
+    for kwargs in ({"topk": 0}, {"max_turns": -1}, {"max_query_chars": 0}, {"split": "dev"}, {"dataset": "nq"},
                    {"retriever": "elastic"}, {"prompt_template": "no field"}, {"corpus": "/nonexistent.jsonl"}):
         with pytest.raises(ConfigError):
             SearchQAEnv(**kwargs)
@@ -163,7 +164,7 @@ def _play(agent_name, split="test", n=None, **kw):
     envs = [gym.make(ENV_ID, split=split, **kw) for _ in range(4)]
     agent = make_agent(ENV_ID, agent_name, envs[0], seed=0)
     n = n or len(envs[0].unwrapped.task_ids())
-    recs = play_episodes(envs, agent, [{"options": {"task_index": i}} for i in range(n)])
+    recs = play_records(envs, agent, [(i, None) for i in range(n)])
     for e in envs:
         e.close()
     return recs
@@ -186,7 +187,7 @@ def test_no_search_baseline_is_near_zero():
 def test_random_agent_plays_meaningful_turns():
     e = SearchQAEnv(split="test")
     agent = RandomAgent(e, seed=0)
-    recs = play_episodes([e], agent, [{"seed": s} for s in range(30)])
+    recs = play_records([e], agent, [(s, s) for s in range(30)])
     assert sum(r.search_count for r in recs) > 10  # it searches
     assert all(r.turns <= 4 for r in recs)
 

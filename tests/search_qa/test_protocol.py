@@ -19,15 +19,13 @@ from stratagym.envs.search_qa.protocol import (
 @pytest.mark.parametrize(
     "text, kind, payload",
     [
-        ("<think>hmm</think><search> capital of  France </search>", "search", "capital of France"),
+        ("<think>hmm</think><search> capital of  France </search>", "search", "capital of  France"),
         ("<search>a</search> then <search>b</search>", "search", "a"),  # first search, as Search-R1 stops there
         ("<answer> Paris </answer>", "answer", "Paris"),
-        ("<answer>x</answer> no, <answer>Paris</answer>", "answer", "Paris"),  # last answer is scored
-        ("<ANSWER>Paris</ANSWER>", "answer", "Paris"),
+        ("<answer>x</answer> no, <answer>Paris</answer>", "answer", "x"),  # the turn is cut at its first </answer>
         ("<answer></answer>", "answer", ""),
-        ("<think>stop string stripped</think><search> who rules Kubae", "search", "who rules Kubae"),
-        ("<think>x</think><answer> Kubae", "answer", "Kubae"),
-        ("multi\nline <search>a\nb</search>", "search", "a b"),
+        ("<search>   </search>", "search", ""),  # Search-R1 posts the empty query
+        ("multi\nline <search>a\nb</search>", "search", "a\nb"),  # stripped, not collapsed, as Search-R1
     ],
 )
 def test_parse_valid(text, kind, payload):
@@ -36,14 +34,26 @@ def test_parse_valid(text, kind, payload):
 
 
 @pytest.mark.parametrize(
+    "text, kind, payload",
+    [
+        ("<think>stop string stripped</think><search> who rules Kubae", "search", "who rules Kubae"),
+        ("<think>x</think><answer> Kubae", "answer", "Kubae"),
+    ],
+)
+def test_parse_unclosed_tags_only_when_asked(text, kind, payload):
+    assert parse_action(text).kind == "invalid"  # Search-R1 needs the closing tag
+    action = parse_action(text, accept_unclosed_tags=True)
+    assert (action.kind, action.text) == (kind, payload)
+
+
+@pytest.mark.parametrize(
     "text, reason",
     [
-        ("I think the answer is Paris.", "neither"),
-        ("", "neither"),
-        ("<search>q</search><answer>a</answer>", "both"),
-        ("<search>   </search>", "empty"),
+        ("I think the answer is Paris.", "no complete"),
+        ("", "no complete"),
+        ("<ANSWER>Paris</ANSWER>", "no complete"),
         ("<search>" + "x" * 600 + "</search>", "too long"),
-        ("<think>only thinking</think>", "neither"),
+        ("<think>only thinking</think>", "no complete"),
     ],
 )
 def test_parse_invalid(text, reason):
@@ -55,10 +65,11 @@ def test_parse_invalid(text, reason):
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("<>/searchnswt ab\n")) | st.characters(), max_size=200))
 def test_parse_never_raises(text):
-    action = parse_action(text)
+    action = parse_action(text, max_query_chars=512)
     assert action.kind in {"search", "answer", "invalid"}
     if action.kind == "search":
-        assert action.text and len(action.text) <= 512
+        assert len(action.text) <= 512 and action.text == action.text.strip()
+    assert text.startswith(action.response)
 
 
 def test_formatting_matches_search_r1():

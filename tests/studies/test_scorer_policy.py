@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import stratagym  # noqa: F401
-from stratagym.agents.play import play_episodes
-from stratagym.agents.policy import GenerationRequest, Policy, PolicyAgent, Turn
+from tests.helpers import play_records
+from stratagym.agents.policy import GenerationRequest, Policy, Turn
 from stratagym.studies.policy import ScorerPolicy
 
 
@@ -95,14 +95,14 @@ def test_needs_admissible_actions():
         ScorerPolicy().generate([GenerationRequest("obs", {"task_id": "x"})])
 
 
-def test_plays_through_policy_agent():
+def test_plays_through_the_rollout_loop():
     envs = [gym.make("stratagym/DifficultyMix-v0") for _ in range(4)]
-    recs = play_episodes(envs, PolicyAgent(ScorerPolicy(seed=0), greedy=False), [{"seed": i} for i in range(16)])
+    recs = play_records(envs, ScorerPolicy(seed=0), [(i, i) for i in range(16)], greedy=False)
     assert len(recs) == 16 and all(r.valid_ratio == 1.0 for r in recs)
 
 
 def test_from_config_through_the_trainer_builder():
-    from stratagym.algorithms.trainer import build_policy
+    from stratagym.training.trainer import build_policy
     from stratagym.envs.core import ConfigError
 
     policy = build_policy({"class": "stratagym.studies.policy:ScorerPolicy", "hidden": 8, "memory": 1, "seed": 5})

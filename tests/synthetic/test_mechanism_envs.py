@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.agents.play import play_episodes
+from tests.helpers import play_records
 from stratagym.envs.core import INFO_KEYS, ConfigError
 from stratagym.envs.registry import agent_env_kwargs, make_agent
 
@@ -30,7 +30,7 @@ def test_contract_and_oracle(env_id):
     envs = [gym.make(env_id, **agent_env_kwargs(env_id, "oracle")) for _ in range(4)]
     agent = make_agent(env_id, "oracle", envs[0])
     n = len(envs[0].unwrapped.task_ids())
-    recs = play_episodes(envs, agent, [{"seed": i, "options": {"task_index": i % n}} for i in range(2 * n)])
+    recs = play_records(envs, agent, [(i % n, i) for i in range(2 * n)])
     assert all(r.won for r in recs)
 
 

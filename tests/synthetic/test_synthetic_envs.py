@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.agents.play import play_episodes
+from tests.helpers import play_records
 from stratagym.envs.core import ConfigError, INFO_KEYS
 from stratagym.envs.registry import agent_env_kwargs, make_agent
 
@@ -35,7 +35,7 @@ def test_oracle_always_wins(env_id):
     envs = [gym.make(env_id, **agent_env_kwargs(env_id, "oracle")) for _ in range(4)]
     agent = make_agent(env_id, "oracle", envs[0])
     n = len(envs[0].unwrapped.task_ids())
-    recs = play_episodes(envs, agent, [{"options": {"task_index": i}} for i in range(n)])
+    recs = play_records(envs, agent, [(i, None) for i in range(n)])
     assert len(recs) == n and all(r.won and r.total_reward == 1.0 for r in recs)
 
 

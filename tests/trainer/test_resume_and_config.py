@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stratagym.algorithms.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from stratagym.algorithms.config import RecipeConfig, load_recipe
+from stratagym.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from stratagym.training.config import RecipeConfig, load_recipe
 from stratagym.envs.core import ConfigError
 from tests.trainer.conftest import available
 

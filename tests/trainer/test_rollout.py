@@ -8,7 +8,7 @@ import signal
 import pytest
 import torch
 
-from stratagym.algorithms.rollout import (
+from stratagym.training.rollout import (
     InProcessPool,
     RolloutCollector,
     SubprocessPool,

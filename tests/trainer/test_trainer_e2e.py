@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from stratagym.agents.llm import LLMPolicy
-from stratagym.algorithms.config import RecipeConfig
+from stratagym.training.config import RecipeConfig
 from stratagym.algorithms.registry import get_estimator
-from stratagym.algorithms.rollout import env_metadata_keys
-from stratagym.algorithms.trainer import Trainer
+from stratagym.training.rollout import env_metadata_keys
+from stratagym.training.trainer import Trainer
 from stratagym.envs.core import ConfigError
 from tests.trainer.conftest import available
 

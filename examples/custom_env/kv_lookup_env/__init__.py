@@ -11,8 +11,13 @@ ENV_SPECS = [
         id="kvlookup/KVLookup-v0",
         entry_point="kv_lookup_env.env:KVLookupEnv",
         description="Answer a question about a made-up registry by looking keys up (search tool).",
-        metadata_keys=("task_id", "step", "action_valid", "tool_calls", "search_count", "state_hash",
-                       "context_hashes", "won", "score", "admissible_actions"),
+        tools=("search",),
+        lists_actions=True,
+        # Everything stratagym needs beyond the env itself comes from the spec: the LLM prompt,
+        # the metric the leaderboard ranks by, and the info keys an eval record keeps.
+        prompt_template="think_action",
+        primary_metric="success",
+        record_info_keys=("answer",),
         agents={"oracle": "kv_lookup_env.agents:OracleAgent"},
         max_episode_steps=None,
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from stratagym.envs.core import EpisodeKey
+
 
 class OracleAgent:
     def __init__(self, env: Any, *, seed: int = 0):
         self.env = env
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
         actions = []
         for obs, info in zip(observations, infos):
             step = info["step"]

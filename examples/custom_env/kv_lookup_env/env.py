@@ -69,4 +69,5 @@ class KVLookupEnv(TextEnv):
             terminated=True,
             won=won,
             score=float(won),
+            info={"answer": arg},  # kept in eval records: the spec's record_info_keys names it
         )

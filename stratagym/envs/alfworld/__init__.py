@@ -18,8 +18,9 @@ ENV_SPECS = [
         description="ALFWorld household tasks on the real TextWorld-PDDL engine (6 task types, 50-step episodes).",
         requires=("alfworld", "textworld", "fast_downward"),
         extra="alfworld",
-        metadata_keys=("task_id", "step", "action_valid", "state_hash", "context_hashes", "won", "score",
-                       "admissible_actions"),
+        lists_actions=True,
+        prompt_template="think_action",
+        record_info_keys=("task_type", "split"),
         agents={
             "planner": "stratagym.envs.alfworld.agents:PlannerExpertAgent",
             "handcoded": "stratagym.envs.alfworld.agents:HandCodedExpertAgent",

@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 
-from stratagym.envs.core import ConfigError
+from stratagym.envs.core import EpisodeKey
+from stratagym.errors import ConfigError
 
 __all__ = ["PlannerExpertAgent", "HandCodedExpertAgent"]
 
@@ -26,7 +27,7 @@ class _ExpertAgent:
         self.env = env.unwrapped if env is not None else None
         self.seed = seed
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
         actions = []
         for info in infos:
             action = info.get("expert_action")

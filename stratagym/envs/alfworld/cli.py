@@ -40,7 +40,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         from stratagym.envs.alfworld import generator as g
         from stratagym.envs.alfworld.games import canonical_task_types, logic_files
-        from stratagym.envs.core import ConfigError
+        from stratagym.errors import ConfigError
 
         console = Console()
         try:
@@ -86,7 +86,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from rich.table import Table
 
         from stratagym.envs.alfworld.games import resolve_games
-        from stratagym.envs.core import ConfigError
+        from stratagym.errors import ConfigError
 
         console = Console()
         try:

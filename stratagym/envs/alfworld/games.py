@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 
 from stratagym.envs.alfworld import paths
 from stratagym.envs.alfworld.generator import TASK_TYPES, GameRecord, game_json, problem_pddl, traj_data
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = [
     "SPLITS",

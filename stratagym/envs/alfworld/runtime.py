@@ -22,7 +22,7 @@ import threading
 from typing import Iterator
 
 from stratagym.envs.alfworld import paths
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = ["load_engine_modules", "preserve_argv", "EngineModules"]
 

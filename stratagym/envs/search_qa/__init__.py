@@ -13,10 +13,10 @@ ENV_SPECS = [
         "Default: bundled invented-world benchmark, bm25s top-3, 4 turns.",
         requires=("bm25s",),
         extra="search",
-        metadata_keys=(
-            "task_id", "step", "action_valid", "tool_calls", "search_count", "state_hash", "context_hashes",
-            "won", "score",
-        ),
+        tools=("search",),
+        prompt_template="search_r1",
+        primary_metric="em",
+        record_info_keys=("f1", "em", "substring_em", "answer"),
         agents={
             "oracle": "stratagym.envs.search_qa.agents:OracleAgent",
             "no_search": "stratagym.envs.search_qa.agents:NoSearchAgent",

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 
+from stratagym.envs.core import EpisodeKey
 from stratagym.envs.search_qa.data import load_qa
 
 __all__ = ["OracleAgent", "NoSearchAgent"]
@@ -21,14 +22,14 @@ class OracleAgent:
 
     On the bundled benchmark each question's ``metadata.oracle_queries`` holds one query per hop
     (each retrieves that hop's gold passage in the top 3 with every BM25 backend); on datasets without
-    them the oracle searches the question once. It reaches EM 1.0 whenever ``max_turns`` allows
-    ``hops + 1`` turns, and its search count equals the hop count.
+    them the oracle searches the question once. It reaches EM 1.0 whenever ``max_turns`` (search
+    rounds) is at least ``hops``, and its search count equals the hop count.
     """
 
     def __init__(self, env: gym.Env, *, seed: int = 0):
         self.env = env.unwrapped
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
         return [self._one(info) for info in infos]
 
     def _one(self, info: dict[str, Any]) -> str:
@@ -59,5 +60,5 @@ class NoSearchAgent:
             pass
         self.guess = guess
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
         return [f"<think>I will answer from memory.</think>\n<answer> {self.guess} </answer>" for _ in infos]

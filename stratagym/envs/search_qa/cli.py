@@ -38,7 +38,7 @@ def index_build(
     import json
     import time
 
-    from stratagym.envs.core import ConfigError
+    from stratagym.errors import ConfigError
     from stratagym.envs.search_qa.index import build_index, read_manifest
 
     t0 = time.perf_counter()
@@ -59,7 +59,7 @@ def index_info(index: Path = typer.Argument(..., help="Index directory.")) -> No
     """Print an index's manifest."""
     import json
 
-    from stratagym.envs.core import ConfigError
+    from stratagym.errors import ConfigError
     from stratagym.envs.search_qa.index import read_manifest
 
     try:
@@ -80,7 +80,7 @@ def serve_retrieval(
     max_wait_ms: float = typer.Option(2.0, help="How long the batcher waits to fill a batch."),
 ) -> None:
     """Serve a Search-R1-compatible POST /retrieve API (and GET /health)."""
-    from stratagym.envs.core import ConfigError
+    from stratagym.errors import ConfigError
     from stratagym.envs.search_qa.index import make_retriever
     from stratagym.envs.search_qa.server import ServerLimits, run_server
 

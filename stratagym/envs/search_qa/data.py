@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.protocol import question_from_prompt
 
 __all__ = [

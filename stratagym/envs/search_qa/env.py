@@ -3,8 +3,13 @@
 An episode is one question. The first observation is Search-R1's prompt with the question. Each turn
 the agent writes free text that must contain either ``<search> query </search>`` -- the env answers
 with the top-k passages in an ``<information>`` block -- or ``<answer> text </answer>``, which ends the
-episode with reward = exact match (SQuAD normalisation) against the gold answers. After ``max_turns``
-turns without an answer the episode is truncated with reward 0.
+episode with reward = exact match (SQuAD normalisation) against the gold answers. Turns are parsed as
+Search-R1's rollout parses them (:func:`~stratagym.envs.search_qa.protocol.parse_action`).
+
+``max_turns`` means what it means in Search-R1's scripts: the number of search rounds. After
+``max_turns`` turns the agent gets one more, final turn, in which a search is still a valid action but
+retrieves nothing (Search-R1 runs that turn with ``do_search=False``); an episode that has not answered
+by then is truncated with reward 0. So ``max_turns=4`` allows 5 model turns, 4 of them searches.
 
 Structure reported for group-relative RL (beyond the standard keys): ``search_count`` / ``tool_calls``
 count valid searches (the Stratified GRPO stratum); the GiGPO/HGPO anchor state is the prompt (so the
@@ -31,7 +36,7 @@ from stratagym.envs.search_qa.protocol import (
     parse_action,
 )
 from stratagym.envs.search_qa.retrievers.base import Retriever
-from stratagym.eval.metrics import exact_match, f1, substring_match
+from stratagym.metrics import exact_match, f1, substring_match
 
 __all__ = ["SearchQAEnv"]
 
@@ -49,7 +54,10 @@ class SearchQAEnv(TextEnv):
     * ``corpus`` / ``index`` -- the passages (default bundled) and a prebuilt index directory;
     * ``retrieval_urls`` -- Search-R1-compatible servers (round robin, retries with backoff);
     * ``dense_model`` / ``faiss_kind`` -- encoder path and ``flat`` / ``ivf`` / ``hnsw`` for the dense backend;
-    * ``topk`` (3), ``max_turns`` (4, answer turn included), ``max_query_chars`` (512), ``context_k`` (4);
+    * ``topk`` (3), ``max_turns`` (4 search rounds + 1 final turn, Search-R1's meaning), ``context_k`` (4);
+    * ``max_query_chars`` (``None``: no limit, as Search-R1) -- longer queries become invalid turns;
+    * ``accept_unclosed_tags`` (``False``, as Search-R1) -- treat a turn that ends inside an unclosed
+      ``<search>``/``<answer>`` as closed (for generators that strip the stop string);
     * ``prompt_template`` -- with a ``{question}`` field (Search-R1's by default).
     """
 
@@ -72,7 +80,8 @@ class SearchQAEnv(TextEnv):
         faiss_kind: str = "flat",
         topk: int = 3,
         max_turns: int = 4,
-        max_query_chars: int = 512,
+        max_query_chars: int | None = None,
+        accept_unclosed_tags: bool = False,
         context_k: int = 4,
         prompt_template: str = PROMPT_TEMPLATE,
         retrieval_timeout: float = 30.0,
@@ -80,15 +89,21 @@ class SearchQAEnv(TextEnv):
         render_mode: str | None = None,
         max_action_chars: int | None = None,
     ):
-        super().__init__(max_steps=max_turns, context_k=context_k, render_mode=render_mode, max_action_chars=max_action_chars)
+        if int(max_turns) < 0:
+            raise ConfigError(f"max_turns (search rounds) must be >= 0, got {max_turns}")
+        # Search-R1: max_turns rounds that may search, then one final turn (``run_llm_loop``).
+        super().__init__(max_steps=int(max_turns) + 1, context_k=context_k, render_mode=render_mode,
+                         max_action_chars=max_action_chars)
         if topk < 1:
             raise ConfigError(f"topk must be >= 1, got {topk}")
-        if max_query_chars < 1:
-            raise ConfigError(f"max_query_chars must be >= 1, got {max_query_chars}")
+        if max_query_chars is not None and max_query_chars < 1:
+            raise ConfigError(f"max_query_chars must be >= 1 or None, got {max_query_chars}")
         if "{question}" not in prompt_template:
             raise ConfigError("prompt_template must contain a '{question}' field")
         self.dataset, self.split = str(dataset), str(split)
-        self.topk, self.max_turns, self.max_query_chars = int(topk), int(max_turns), int(max_query_chars)
+        self.topk, self.max_turns = int(topk), int(max_turns)
+        self.max_query_chars = None if max_query_chars is None else int(max_query_chars)
+        self.accept_unclosed_tags = bool(accept_unclosed_tags)
         self.prompt_template = prompt_template
         self._examples = load_qa(dataset, split)
         self._by_id = {ex.id: ex for ex in self._examples}
@@ -130,7 +145,8 @@ class SearchQAEnv(TextEnv):
 
     # ---- steps ----------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
-        parsed = parse_action(action, max_query_chars=self.max_query_chars)
+        parsed = parse_action(action, max_query_chars=self.max_query_chars,
+                              accept_unclosed_tags=self.accept_unclosed_tags)
         if parsed.kind == "answer":
             return self._answer(parsed.text)
         if parsed.kind == "search":
@@ -161,6 +177,12 @@ class SearchQAEnv(TextEnv):
 
     def _search(self, query: str) -> StepResult:
         info: dict[str, Any] = {"query": query}
+        if self._last_turn():
+            # Search-R1's final turn (do_search=False): the search counts, nothing is retrieved, and the
+            # episode ends unanswered.
+            info.update(self._final_scores(None))
+            observation = information_block("")
+            return StepResult(observation=observation, tool="search", state_text=observation, info=info)
         try:
             hits = self.retriever.batch_search([query], self.topk)[0]
             observation = information_block(format_passages([h.contents for h in hits]))
@@ -168,8 +190,6 @@ class SearchQAEnv(TextEnv):
             message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
             observation = information_block(f"Retrieval failed: {message}")
             info["retrieval_error"] = message
-        if self._last_turn():
-            info.update(self._final_scores(None))
         # The search was well-formed, so it is a valid action and counts as a search even if the
         # retriever failed: the agent's decision is what the stratum records.
         return StepResult(observation=observation, tool="search", state_text=observation, info=info)

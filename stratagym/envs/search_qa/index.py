@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.data import BUNDLED_CORPUS, Corpus, file_fingerprint, load_corpus
 from stratagym.envs.search_qa.retrievers.base import Retriever
 

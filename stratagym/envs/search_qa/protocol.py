@@ -3,7 +3,8 @@
 An agent turn is free text. It either searches (``<search> query </search>``) or answers
 (``<answer> text </answer>``), usually after reasoning in ``<think> ... </think>``. Generation should
 stop at :data:`STOP_STRINGS`; backends that strip the stop string leave an unclosed tag at the end of
-the text, which :func:`parse_action` accepts too.
+the text, which :func:`parse_action` accepts only with ``accept_unclosed_tags=True`` (Search-R1 does not;
+stratagym's own generators put the stop string back).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ __all__ = [
     "INVALID_ACTION_MESSAGE",
     "Action",
     "parse_action",
+    "cut_response",
+    "close_unclosed_tag",
     "format_prompt",
     "format_passages",
     "information_block",
@@ -44,46 +47,81 @@ INVALID_ACTION_MESSAGE = (
     "Let me try again.\n"
 )
 
-_SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_OPEN_TAIL = re.compile(r"<(search|answer)>((?:(?!<(?:search|answer)>).)*)$", re.DOTALL | re.IGNORECASE)
+#: Search-R1's action pattern (``postprocess_predictions``): the first complete ``<search>..</search>`` or
+#: ``<answer>..</answer>``, the closing tag naming the same tag as the opening one, case-sensitive.
+_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+#: Search-R1's answer pattern (``extract_solution`` in ``qa_em.py``): the scored answer is the last match.
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_OPEN_TAG = re.compile(r"<(search|answer)>")
 
 
 @dataclass(frozen=True)
 class Action:
-    """A parsed turn: ``kind`` is ``"search"``, ``"answer"`` or ``"invalid"``; ``problem`` says why invalid."""
+    """A parsed turn: ``kind`` is ``"search"``, ``"answer"`` or ``"invalid"``; ``problem`` says why invalid.
+
+    ``response`` is the turn as Search-R1 keeps it in the context: cut after the first ``</search>`` (or,
+    without one, after the first ``</answer>``).
+    """
 
     kind: str
     text: str = ""
     problem: str = ""
+    response: str = ""
 
 
-def parse_action(text: str, *, max_query_chars: int = 512) -> Action:
-    """Parse one agent turn.
+def cut_response(text: str) -> str:
+    """Search-R1's ``_postprocess_responses``: keep the text up to and including the first ``</search>``;
+    without one, up to the first ``</answer>``; without either, all of it.
 
-    * ``<search>q</search>`` -> search ``q`` (the first complete one, as Search-R1 stops there);
-    * ``<answer>a</answer>`` -> answer ``a`` (the last one, as Search-R1 scores it; may be empty);
-    * an unclosed ``<search>`` / ``<answer>`` at the very end counts as closed (stop string stripped);
-    * both kinds of tag, neither, an empty query or a query over ``max_query_chars`` -> invalid.
+    ``</search>`` is looked for first, wherever it is: ``"<answer>a</answer><search>q</search>"`` is
+    kept whole (and then acts as the answer ``a``, the first complete tag pair).
     """
-    searches = _SEARCH.findall(text)
-    answers = _ANSWER.findall(text)
-    if not searches and not answers:
-        tail = _OPEN_TAIL.search(text)
-        if tail is not None:
-            (searches if tail.group(1).lower() == "search" else answers).append(tail.group(2))
-    if searches and answers:
-        return Action("invalid", problem="the turn has both a <search> and an <answer>")
-    if answers:
-        return Action("answer", answers[-1].strip())
-    if searches:
-        query = " ".join(searches[0].split())
-        if not query:
-            return Action("invalid", problem="the search query is empty")
-        if len(query) > max_query_chars:
-            return Action("invalid", problem=f"the search query is too long ({len(query)} > {max_query_chars} characters)")
-        return Action("search", query)
-    return Action("invalid", problem="the turn has neither <search> nor <answer>")
+    for stop in ("</search>", "</answer>"):  # this order: Search-R1 looks for </search> first
+        if stop in text:
+            return text.split(stop, 1)[0] + stop
+    return text
+
+
+def close_unclosed_tag(text: str) -> str:
+    """``text`` with a closing tag appended when it ends inside an unclosed ``<search>`` / ``<answer>``
+    and holds no closing tag at all (a backend stripped the stop string). Not Search-R1 behaviour: only
+    ``SearchQAEnv(accept_unclosed_tags=True)`` applies it."""
+    if any(stop in text for stop in STOP_STRINGS):
+        return text
+    opens = list(_OPEN_TAG.finditer(text))
+    return text + f"</{opens[-1].group(1)}>" if opens else text
+
+
+def parse_action(text: str, *, max_query_chars: int | None = None, accept_unclosed_tags: bool = False) -> Action:
+    """Parse one agent turn exactly as Search-R1's rollout does (``search_r1/llm_agent/generation.py``).
+
+    1. The turn is cut after its first ``</search>``, else after its first ``</answer>`` (:func:`cut_response`).
+    2. The action is the first complete, case-sensitive ``<search>q</search>`` or ``<answer>a</answer>``
+       whose closing tag matches its opening one; ``<search>x</answer>`` is no action at all.
+    3. A search's query is the tag content with surrounding whitespace stripped (it may be empty, as in
+       Search-R1). An answer's text is the *last* ``<answer>..</answer>`` of the cut turn, stripped, which
+       is what Search-R1's ``extract_solution`` scores.
+    4. Anything else is invalid.
+
+    Two options that Search-R1 does not have, both off by default: ``max_query_chars`` makes longer
+    queries invalid; ``accept_unclosed_tags`` treats a turn ending inside an unclosed tag (and holding no
+    closing tag) as closed, for generators that strip the stop string.
+    """
+    if accept_unclosed_tags:
+        text = close_unclosed_tag(text)
+    response = cut_response(text)
+    m = _ACTION.search(response)
+    if m is None:
+        return Action("invalid", problem="the turn has no complete <search>...</search> or <answer>...</answer>",
+                      response=response)
+    if m.group(1) == "answer":
+        answers = _ANSWER.findall(response)
+        return Action("answer", answers[-1].strip(), response=response)
+    query = m.group(2).strip()
+    if max_query_chars is not None and len(query) > max_query_chars:
+        return Action("invalid", problem=f"the search query is too long ({len(query)} > {max_query_chars} characters)",
+                      response=response)
+    return Action("search", query, response=response)
 
 
 def format_prompt(question: str, template: str = PROMPT_TEMPLATE) -> str:

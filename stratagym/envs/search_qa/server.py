@@ -14,8 +14,9 @@ whenever no rollout in the batch searched). Malformed requests get a 422 with py
 echoes the input, which may not be encodable as JSON (``NaN``, ``1e400``, lone surrogates).
 
 Requests arriving together are merged into one
-``batch_search`` call by a micro-batcher (one worker thread owns the retriever, so backends need not be
-thread-safe); a retriever exception becomes a 503 with the reason, which clients retry elsewhere.
+``batch_search`` call by an adaptive micro-batcher (an idle server searches at once; only requests
+already waiting merge; one worker thread owns the retriever, so backends need not be thread-safe);
+a retriever exception becomes a 503 with the reason, which clients retry elsewhere.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model class itself, not a string.
@@ -40,13 +41,16 @@ class ServerLimits:
     max_query_chars: int = 4096  # per query
     max_topk: int = 100
     max_batch: int = 256         # queries merged into one retriever call
-    max_wait_ms: float = 2.0     # how long the batcher waits for more requests
+    max_wait_ms: float = 0.0     # extra linger for more requests; 0 = adaptive batching only
 
 
 class MicroBatcher:
-    """Merges concurrent requests into batched retriever calls on a single worker thread."""
+    """Merges concurrent requests into batched retriever calls on a single worker thread.
 
-    def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_wait_ms: float = 2.0):
+    Batches adapt to the load (see :meth:`_run`): no request waits for others when the server is idle.
+    """
+
+    def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_wait_ms: float = 0.0):
         self.retriever = retriever
         self.max_batch, self.max_wait = int(max_batch), float(max_wait_ms) / 1000.0
         self._queue: asyncio.Queue | None = None
@@ -73,23 +77,42 @@ class MicroBatcher:
         await self._queue.put((list(queries), int(k), fut))
         return await fut
 
+    def _take_waiting(self, batch: list, size: int) -> int:
+        """Move requests that are already queued into ``batch`` (up to ``max_batch`` queries), no waiting."""
+        assert self._queue is not None
+        while size < self.max_batch and not self._queue.empty():
+            item = self._queue.get_nowait()
+            batch.append(item)
+            size += len(item[0])
+        return size
+
     async def _run(self) -> None:
+        """Adaptive batching: a request that finds the queue empty is searched at once.
+
+        What merges is only what is already waiting: requests whose handlers ran in the same event-loop
+        turn, and those that arrived while the previous search ran (the loop is free then, the search
+        runs on the worker thread). So one client sending one query at a time never waits for company,
+        while many clients form batches as large as the retriever's own pace makes them. ``max_wait_ms``
+        > 0 adds the old fixed linger for more requests after that (off by default).
+        """
         loop = asyncio.get_running_loop()
         assert self._queue is not None
         while True:
             batch = [await self._queue.get()]
-            size = len(batch[0][0])
-            deadline = loop.time() + self.max_wait
-            while size < self.max_batch:
-                timeout = deadline - loop.time()
-                if timeout <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), timeout)
-                except asyncio.TimeoutError:
-                    break
-                batch.append(item)
-                size += len(item[0])
+            await asyncio.sleep(0)  # one loop turn: handlers already runnable enqueue their requests
+            size = self._take_waiting(batch, len(batch[0][0]))
+            if self.max_wait > 0:
+                deadline = loop.time() + self.max_wait
+                while size < self.max_batch:
+                    timeout = deadline - loop.time()
+                    if timeout <= 0:
+                        break
+                    try:
+                        item = await asyncio.wait_for(self._queue.get(), timeout)
+                    except asyncio.TimeoutError:
+                        break
+                    batch.append(item)
+                    size += len(item[0])
             queries = [q for qs, _, _ in batch for q in qs]
             k = max(k for _, k, _ in batch)
             try:

@@ -7,6 +7,8 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
+from stratagym.envs.core import EpisodeKey, EpisodeRngs
+
 
 class OracleAgent:
     """Plays the optimal policy: the action the env puts in ``info["oracle_action"]``.
@@ -18,9 +20,9 @@ class OracleAgent:
     env_kwargs = {"oracle_info": True}
 
     def __init__(self, env: gym.Env | None = None, *, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
+        pass
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
         out = []
         for info in infos:
             action = info.get("oracle_action")
@@ -31,14 +33,19 @@ class OracleAgent:
 
 
 class NoSearchAgent:
-    """SearchStrata baseline: answers at once, uniformly among the candidates (stratum 0, success 1/n)."""
+    """SearchStrata baseline: answers at once, uniformly among the candidates (stratum 0, success 1/n).
+
+    Each episode draws from its own generator (seeded by the agent seed and the episode key), so the
+    answers do not depend on how episodes are batched.
+    """
 
     def __init__(self, env: gym.Env | None = None, *, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
+        self.rngs = EpisodeRngs(seed)
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
         out = []
-        for info in infos:
+        for info, episode in zip(infos, episodes):
+            rng = self.rngs.get(episode, info)
             answers = [a for a in info.get("admissible_actions", []) if a.startswith("answer[")]
-            out.append(answers[int(self.rng.integers(len(answers)))] if answers else "answer[unknown]")
+            out.append(answers[int(rng.integers(len(answers)))] if answers else "answer[unknown]")
         return out

@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from stratagym.envs.registry import EnvSpec
 
-_METADATA_KEYS = (
-    "task_id", "step", "action_valid", "tool_calls", "search_count", "state_hash", "context_hashes",
-    "won", "score", "admissible_actions",
+#: What the rest of stratagym knows about both WebShop envs (see EnvSpec): a search tool, listed
+#: actions, the think/action prompt, success = a full score, ranked by WebShop's score.
+_COMMON = dict(
+    tools=("search",),
+    lists_actions=True,
+    prompt_template="think_action",
+    primary_metric="webshop_score",
+    success_from_score=True,
+    record_info_keys=("reward_breakdown",),
 )
 _AGENTS = {
     "oracle": "stratagym.envs.webshop.agents:OracleAgent",
@@ -29,8 +35,8 @@ ENV_SPECS = [
         description="WebShop text mode: search and click through a product catalog to buy what the instruction asks for",
         requires=("bm25s", "Stemmer", "rapidfuzz"),
         extra="webshop",
-        metadata_keys=_METADATA_KEYS,
         agents=_AGENTS,
+        **_COMMON,
     ),
     EnvSpec(
         id="stratagym/WebShopBrowser-v0",
@@ -39,7 +45,8 @@ ENV_SPECS = [
         requires=("bm25s", "Stemmer", "rapidfuzz", "flask", "selenium"),
         requires_executables=("/usr/bin/chromium", "/usr/bin/chromedriver"),
         extra="webshop",
-        metadata_keys=_METADATA_KEYS,
         agents=_AGENTS,
+        max_parallel=1,
+        **_COMMON,
     ),
 ]

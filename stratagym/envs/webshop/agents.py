@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
+from stratagym.envs.core import EpisodeKey, EpisodeRngs
 from stratagym.envs.webshop.reward import normalize_color, token_set_ratio
 
 __all__ = ["OracleAgent", "RandomShopper"]
@@ -28,17 +29,17 @@ class OracleAgent:
     """Buys the goal's product with the goal's options through ordinary search/click actions.
 
     One instance acts for a batch of envs: it reads the goal from ``info["task_id"]`` and keeps, per
-    batch slot, which options it still has to click (reset when ``info["step"] == 0``).
+    episode (keyed by its :class:`EpisodeKey`, never by batch position), which options it still has to
+    click (reset when ``info["step"] == 0``).
     """
 
     def __init__(self, env: gym.Env, *, seed: int = 0):
         self.env = env.unwrapped
         self.catalog = self.env.catalog
-        self._todo: dict[int, list[str]] = {}
-        self._opened: dict[int, bool] = {}
+        self._todo: dict[EpisodeKey, list[str]] = {}
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
-        return [self._one(i, info) for i, info in enumerate(infos)]
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
+        return [self._one(episode, info) for episode, info in zip(episodes, infos)]
 
     def option_clicks(self, goal: dict[str, Any]) -> list[str]:
         """The product option values that best match each goal option (WebShop's option matching)."""
@@ -57,27 +58,28 @@ class OracleAgent:
                 clicks.append(best)
         return clicks
 
-    def _one(self, i: int, info: dict[str, Any]) -> str:
+    def _one(self, episode: EpisodeKey, info: dict[str, Any]) -> str:
         goal = self.catalog.goal(info["task_id"])
         asin = goal["asin"]
         if info.get("step", 0) == 0:
-            self._todo[i] = self.option_clicks(goal)
-            self._opened[i] = False
+            self._todo[episode] = self.option_clicks(goal)
         admissible = info.get("admissible_actions") or []
         page = info.get("page")
         if "search[<your query>]" in admissible:
             return f"search[{self.catalog.by_asin[asin]['Title'].lower()}]"
         if page == "results":
             if f"click[{asin.lower()}]" in admissible:
-                self._opened[i] = True
                 return f"click[{asin.lower()}]"
-            if "click[next >]" in admissible:
+            # WebShop offers "Next >" on every results page, past the last result too: page on only
+            # while this page lists products
+            nav = {"click[back to search]", "click[< prev]", "click[next >]"}
+            if "click[next >]" in admissible and any(a not in nav for a in admissible):
                 return "click[next >]"
             return "click[back to search]"
         if page == "sub":
             return "click[< prev]"
         if page == "item":
-            todo = self._todo.get(i, [])
+            todo = self._todo.get(episode, [])
             while todo:
                 value = todo.pop(0)
                 if f"click[{value}]" in admissible:
@@ -90,15 +92,15 @@ class RandomShopper:
     """Searches the instruction (price clause dropped), then clicks uniformly at random."""
 
     def __init__(self, env: gym.Env | None = None, *, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
+        self.rngs = EpisodeRngs(seed)
 
-    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
-        return [self._one(info) for info in infos]
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
+        return [self._one(info, self.rngs.get(episode, info)) for episode, info in zip(episodes, infos)]
 
-    def _one(self, info: dict[str, Any]) -> str:
+    def _one(self, info: dict[str, Any], rng: np.random.Generator) -> str:
         admissible = info.get("admissible_actions") or []
         if "search[<your query>]" in admissible:
             return f"search[{_PRICE_CLAUSE.sub('', info.get('instruction', ''))}]"
         if not admissible:
             return "click[back to search]"
-        return str(admissible[int(self.rng.integers(len(admissible)))])
+        return str(admissible[int(rng.integers(len(admissible)))])

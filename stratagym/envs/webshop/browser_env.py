@@ -4,13 +4,15 @@ The env serves the WebShop site (:mod:`stratagym.envs.webshop.web`) from a threa
 port), or talks to one already running (``base_url``), and drives it with Selenium and headless
 Chromium (Debian's ``/usr/bin/chromium`` + ``/usr/bin/chromedriver`` by default; Selenium Manager is
 never used). Each step reads the page back from the live DOM: the observation is the page's visible text
-nodes joined by ``" [SEP] "`` (whitespace collapsed, as the text mode does), the admissible actions are
+nodes joined by ``" [SEP] "`` (each stripped, as the text mode does), the admissible actions are
 the elements carrying ``data-key``, and a purchase's score is read from the score element. So for the
 same actions it gives the same observations, admissible actions and rewards as ``WebShop-v0`` (a test
 checks this on several goals), at browser speed (~0.1-0.3 s per action).
 
 ``search[...]`` types into the search box (by setting its value, so any text is typed exactly) and
-clicks the Search button; ``click[...]`` clicks the element. Invalid actions touch nothing.
+clicks the Search button; from a page without one it first clicks "Back to Search" (WebShop runs a search
+from any page). ``click[...]`` clicks the element; ``click[search]`` does nothing (as in WebShop).
+Invalid actions touch nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tempfile
 from typing import Any
 
 from stratagym.envs.core import ConfigError, StepResult
-from stratagym.envs.webshop.site import SEARCH_BUTTON, SEP, clean_text
+from stratagym.envs.webshop.site import BACK_TO_SEARCH, SEARCH_BUTTON, SEP, clean_text, clickable_order
 from stratagym.envs.webshop.text_env import WebShopEnvBase, parse_action
 
 __all__ = ["WebShopBrowserEnv", "chrome_options", "CHROMIUM", "CHROMEDRIVER"]
@@ -102,10 +104,13 @@ class WebShopBrowserEnv(WebShopEnvBase):
         reviews_path: str | None = None,
         human_goals: bool = True,
         num_products: int | None = None,
-        search_backend: str = "bm25s",
+        search_backend: str = "auto",
         index_dir: str | None = None,
         title_nouns: Any = "auto",
         show_attrs: bool = False,
+        show_reviews: bool = False,
+        collapse_whitespace: bool = False,
+        list_click_search: bool = True,
         max_steps: int = 15,
         context_k: int = 4,
         render_mode: str | None = None,
@@ -125,7 +130,9 @@ class WebShopBrowserEnv(WebShopEnvBase):
             split, data_dir=data_dir, items_path=items_path, attrs_path=attrs_path, human_ins_path=human_ins_path,
             reviews_path=reviews_path, human_goals=human_goals, num_products=num_products,
             search_backend=search_backend, index_dir=index_dir, title_nouns=title_nouns, show_attrs=show_attrs,
+            show_reviews=show_reviews, collapse_whitespace=collapse_whitespace,
         )
+        self.list_click_search = bool(list_click_search)
         self._chromium, self._chromedriver = chromium, chromedriver
         self.page_timeout = float(page_timeout)
         self._base_url = base_url.rstrip("/") if base_url else None
@@ -190,7 +197,12 @@ class WebShopBrowserEnv(WebShopEnvBase):
     def _step(self, action: str) -> StepResult:
         name, arg = parse_action(action)
         state = self._state
-        if name == "search" and arg is not None and state.get("search"):
+        if name == "search" and arg is not None and arg != "":
+            if not state.get("search"):
+                back = state.get("clickables", {}).get(BACK_TO_SEARCH.lower())
+                if back is None:
+                    return StepResult(self._obs(), action_valid=False, info=self._extra())
+                self._navigate(back)
             box = self.driver.find_element("id", "search_input")
             self.driver.execute_script("arguments[0].value = arguments[1];", box, arg)
             self._navigate(state["clickables"][SEARCH_BUTTON.lower()])
@@ -198,6 +210,8 @@ class WebShopBrowserEnv(WebShopEnvBase):
         if name == "click" and arg is not None:
             key = arg.lower()
             element = state.get("clickables", {}).get(key)
+            if element is not None and key == SEARCH_BUTTON.lower() and self.list_click_search:
+                return StepResult(self._obs(), info=self._extra())  # WebShop ignores it; verl-agent lists it
             if element is not None and key != SEARCH_BUTTON.lower():
                 self._navigate(element)
                 if self._state.get("page") == "done" and self._state.get("score") is not None:
@@ -209,7 +223,8 @@ class WebShopBrowserEnv(WebShopEnvBase):
         if not self._state:
             return None
         actions = ["search[<your query>]"] if self._state.get("search") else []
-        actions.extend(f"click[{k}]" for k in self._state["clickables"] if k != SEARCH_BUTTON.lower())
+        actions.extend(f"click[{k}]" for k in self._state["clickables"]
+                       if self.list_click_search or k != SEARCH_BUTTON.lower())
         return actions
 
     # ---- browser helpers ------------------------------------------------------------------------
@@ -234,17 +249,11 @@ class WebShopBrowserEnv(WebShopEnvBase):
 
     def _read(self) -> None:
         raw = self.driver.execute_script(_READ_PAGE_JS)
-        texts = [t for t in (clean_text(x) for x in raw["texts"]) if t]
-        buttons: dict[str, Any] = {}
-        options: dict[str, Any] = {}
-        order: list[str] = []
-        for key, role, el in zip(raw["keys"], raw["roles"], raw["elements"]):
-            order.append(key)
-            (options if role == "option" else buttons).setdefault(key, el)
-        buttons.update(options)  # same precedence as Page.clickables
+        texts = [t for t in (clean_text(x, self.site.collapse_whitespace) for x in raw["texts"]) if t]
         self._state = {
             "text": SEP.join(texts),
-            "clickables": {k: buttons[k] for k in dict.fromkeys(order)},
+            # same order and precedence as Page.clickables
+            "clickables": clickable_order(list(zip(raw["keys"], raw["roles"], raw["elements"]))),
             "search": bool(raw["search"]),
             "page": raw["page"],
             "score": raw["score"],

@@ -34,7 +34,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = [
     "Catalog",

@@ -19,7 +19,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         items_path: Optional[str] = typer.Option(None, help="WebShop's items_shuffle*.json instead of the bundled catalog."),
         attrs_path: Optional[str] = typer.Option(None, help="WebShop's items_ins_v2*.json."),
         human_ins_path: Optional[str] = typer.Option(None, help="WebShop's items_human_ins.json."),
-        search_backend: str = typer.Option("bm25s", help="bm25s or pyserini."),
+        search_backend: str = typer.Option("auto", help="auto (pyserini with --items-path, else bm25s), bm25s or pyserini."),
         show_attrs: bool = typer.Option(False, help="Show the Attributes sub-page button."),
     ) -> None:
         """Serve the WebShop web site (same pages as stratagym/WebShop-v0) until interrupted."""

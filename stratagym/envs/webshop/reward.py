@@ -181,7 +181,7 @@ class _NounBackend:
 
                 nlp = spacy.load(backend, disable=["parser", "ner", "lemmatizer"])
             except (ImportError, OSError) as exc:
-                from stratagym.envs.core import ConfigError
+                from stratagym.errors import ConfigError
 
                 raise ConfigError(
                     f"cannot load the spaCy pipeline {backend!r} for WebShop title nouns ({exc}); install it "

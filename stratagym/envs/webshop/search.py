@@ -27,7 +27,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = [
     "SEARCH_RETURN_N",

@@ -13,20 +13,29 @@ so all three show the same pages by construction:
   ``" [SEP] "``, e.g. ``"WebShop [SEP] Instruction: [SEP] i need ... [SEP] Search"``.
 
 Navigation follows WebShop's text env (``web_agent_text_env.SimServer.receive``): "Back to Search" goes
-to the search page; "Next >" / "< Prev" page through results; "< Prev" on an item goes back to its
-results page and on a sub-page back to the item (options kept); a product link opens the item with no
-options chosen; an option click sets that option; "Buy Now" purchases. Clickable keys are the
-lower-cased button texts, the lower-cased asins and the option values (already lower-cased by the
-catalog loader); an option value shadows a button with the same text, as in WebShop.
+to the search page; "Next >" / "< Prev" page through results ("Next >" is always there, even past the
+last result, as in WebShop's ``results_page.html``); "< Prev" on an item goes back to its results page
+and on a sub-page back to the item (options kept); a product link opens the item with no options
+chosen; an option click sets that option; "Buy Now" purchases. Clickable keys are the lower-cased
+button texts, the lower-cased asins and the option values (already lower-cased by the catalog loader).
+WebShop dispatches a click by its name before it looks at what was clicked, so an option value equal to
+a button's text ("features") leads where the button leads, and an option named like a sub-page opens
+that sub-page. Actions are listed as WebShop's ``get_available_actions`` lists them: buttons, then
+product links, then option values.
 
-Text normalisation: each visible string has its whitespace runs collapsed (a browser's DOM keeps
-source whitespace, the text env would not) and empty strings are dropped, so the text and browser front
-ends read identical observations.
+Search keywords starting with WebShop's prefixes are lookups, not BM25 searches (``engine.py``
+``get_top_n_product_from_keywords``): ``<r>`` 50 random products, ``<a> attr`` products with that
+attribute, ``<c> category`` products of that category, ``<q> query`` products scraped for that query.
+
+Text: each visible string is stripped at both ends and kept otherwise as scraped (runs of spaces and
+newlines included), and empty strings are dropped: WebShop's ``convert_html_to_text``. The browser front
+end reads the same strings from the DOM. ``collapse_whitespace=True`` (not WebShop) collapses runs.
 """
 
 from __future__ import annotations
 
-import math
+import json
+import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -55,11 +64,15 @@ BACK_TO_SEARCH = "Back to Search"
 SEARCH_BUTTON = "Search"
 SUB_PAGES = ("Description", "Features", "Reviews", "Attributes")
 SEP = " [SEP] "
+#: WebShop's search prefixes (``engine.get_top_n_product_from_keywords``).
+SEARCH_PREFIXES = ("<r>", "<a>", "<c>", "<q>")
+_BUTTON_ROLES = ("button", "buy", "search")
 
 
-def clean_text(text: Any) -> str:
-    """One visible string as both front ends read it: whitespace runs collapsed, stripped."""
-    return " ".join(str(text).split())
+def clean_text(text: Any, collapse: bool = False) -> str:
+    """One visible string as WebShop's text mode reads it: stripped at both ends (``t.strip()``), inner
+    whitespace kept; ``collapse=True`` also collapses whitespace runs (the pre-2026-11-23 stratagym form)."""
+    return " ".join(str(text).split()) if collapse else str(text).strip()
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,21 @@ class Element:
     group: str = ""  # the option name for role "option"; the HTML section for layout
 
 
+def clickable_order(keyed: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    """WebShop's ``text_to_clickable`` for ``(key, role, thing)`` in page order: buttons first, then product
+    links (``buttons + product_links``), then option values; a key seen again keeps its first place.
+
+    WebShop then overwrites a button's entry with a same-named option, but dispatches the click by name
+    (``SimServer.receive``), so the click still does what the button does: the button is what counts.
+    """
+    out: dict[str, Any] = {}
+    for wanted in (_BUTTON_ROLES, ("product",), ("option",)):
+        for key, role, thing in keyed:
+            if role in wanted and key not in out:
+                out[key] = thing
+    return out
+
+
 @dataclass
 class Page:
     view: View
@@ -105,40 +133,106 @@ class Page:
     title: str = "WebShop"
     clickables: dict[str, Element] = field(default_factory=dict)
     total: int = 0
+    collapse_whitespace: bool = False
 
     def __post_init__(self) -> None:
-        buttons = {e.key: e for e in self.elements if e.key is not None and e.role != "option"}
-        options = {e.key: e for e in self.elements if e.key is not None and e.role == "option"}
-        buttons.update(options)  # options shadow same-named buttons (WebShop's dict order)
-        # keep page order for listing
-        order = [e.key for e in self.elements if e.key is not None]
-        self.clickables = {k: buttons[k] for k in dict.fromkeys(order) if k in buttons}
+        self.clickables = clickable_order([(e.key, e.role, e) for e in self.elements if e.key is not None])
 
     @property
     def texts(self) -> list[str]:
-        return [t for t in (clean_text(e.text) for e in self.elements) if t]
+        return [t for t in (clean_text(e.text, self.collapse_whitespace) for e in self.elements) if t]
 
     @property
     def text(self) -> str:
         return SEP.join(self.texts)
 
-    def admissible_actions(self) -> list[str]:
+    def rich_text(self, visited_asins: frozenset[str] | set[str] = frozenset()) -> str:
+        """WebShop's ``text_rich`` observation (``convert_html_to_text(simple=False)``): one line per
+        visible string; buttons as ``[button] t [button_]``; option values as ``  [button] t [button_]``,
+        or ``  [clicked button] t [clicked button_]`` when chosen (and then ``You have clicked t.`` is put
+        in front of the page); product asins on a new line, ``[clicked button]`` once opened in this
+        session (since the last reset / "Back to Search").
+
+        WebShop also emits its templates' whitespace-only text nodes (indentation) as lines; those are
+        not reproduced, so lines of blanks differ, every visible string and marker is the same.
+        """
+        chosen = json.dumps(dict(self.view.options))  # WebShop tests f'"{t}"' in the page URL, which holds this
+        out = ""
+        for e in self.elements:
+            t = str(e.text)
+            if not t.strip():
+                continue
+            if e.role in _BUTTON_ROLES:
+                line = f"[button] {t} [button_]"
+            elif e.role == "option":
+                if f'"{t}"' in chosen:
+                    line = f"  [clicked button] {t} [clicked button_]"
+                    out = f"You have clicked {t}.\n" + out
+                else:
+                    line = f"  [button] {t} [button_]"
+            elif e.role == "product":
+                mark = "clicked button" if t in visited_asins else "button"
+                line = f"\n[{mark}] {t} [{mark}_]"
+            else:
+                line = t
+            out += line + "\n"
+        return out
+
+    def admissible_actions(self, *, click_search: bool = True) -> list[str]:
+        """verl-agent's ``format_avail_actions`` over WebShop's ``get_available_actions``: ``search[<your
+        query>]`` where there is a search bar, then ``click[k]`` for every clickable, ``click[search]``
+        included (``click_search=False`` leaves it out, as stratagym did before 2026-11-23)."""
         actions = ["search[<your query>]"] if self.has_search_bar else []
-        actions.extend(f"click[{k}]" for k in self.clickables if k != SEARCH_BUTTON.lower())
+        actions.extend(f"click[{k}]" for k in self.clickables if click_search or k != SEARCH_BUTTON.lower())
         return actions
 
 
 class ShopSite:
     """Renders views of a :class:`Catalog` and applies purchases; stateless and shareable."""
 
-    def __init__(self, catalog: Catalog, engine: SearchEngine, *, show_attrs: bool = False):
+    def __init__(self, catalog: Catalog, engine: SearchEngine, *, show_attrs: bool = False, show_reviews: bool = False,
+                 collapse_whitespace: bool = False):
         self.catalog = catalog
         self.engine = engine
         self.show_attrs = bool(show_attrs)
+        #: WebShop's loader never loads reviews (``load_products`` has the review file commented out):
+        #: "Rating: N.A." and an empty Reviews page. True shows the catalog's ratings and reviews.
+        self.show_reviews = bool(show_reviews)
+        self.collapse_whitespace = bool(collapse_whitespace)
+        self._by_attribute: dict[str, list[str]] | None = None
 
     # ---- searching ------------------------------------------------------------------------------
-    def results(self, query: str) -> list[str]:
+    def results(self, query: str, rng: random.Random | None = None) -> list[str]:
+        """Asins for ``query`` in rank order: BM25's top 50, or a prefix lookup (``<r>``, ``<a>``, ``<c>``,
+        ``<q>``) as in WebShop's ``get_top_n_product_from_keywords``; lookups are not cut to 50.
+
+        ``<r>`` draws 50 products with ``rng`` (each render draws again, as WebShop does)."""
+        keywords = str(query).split(" ")  # WebShop's SimBrowser.search: keywords.split(' ')
+        head = keywords[0]
+        products = self.catalog.products
+        if head == "<r>":
+            rng = rng or random.Random()
+            return [p["asin"] for p in rng.sample(products, k=min(SEARCH_RETURN_N, len(products)))]
+        if head == "<a>":
+            attribute = " ".join(keywords[1:]).strip()
+            return list(self._attribute_index().get(attribute, []))
+        if head == "<c>":
+            category = keywords[1].strip() if len(keywords) > 1 else ""
+            return [p["asin"] for p in products if p.get("category") == category]
+        if head == "<q>":
+            wanted = " ".join(keywords[1:]).strip()
+            return [p["asin"] for p in products if p.get("query") == wanted]
         return self.engine.search(query, SEARCH_RETURN_N)
+
+    def _attribute_index(self) -> dict[str, list[str]]:
+        """WebShop's ``attribute_to_asins`` (built in ``load_products``), asins in catalog order."""
+        if self._by_attribute is None:
+            index: dict[str, list[str]] = {}
+            for p in self.catalog.products:
+                for a in dict.fromkeys(p.get("Attributes") or []):
+                    index.setdefault(a, []).append(p["asin"])
+            self._by_attribute = index
+        return self._by_attribute
 
     @staticmethod
     def search_view(query: str) -> View:
@@ -146,10 +240,15 @@ class ShopSite:
         return View(kind="results", query=str(query).lower(), page=1)
 
     # ---- rendering ------------------------------------------------------------------------------
-    def render(self, view: View, instruction: str, *, score: float | None = None) -> Page:
+    def render(self, view: View, instruction: str, *, score: float | None = None, rng: random.Random | None = None) -> Page:
+        page = self._render(view, instruction, score, rng)
+        page.collapse_whitespace = self.collapse_whitespace
+        return page
+
+    def _render(self, view: View, instruction: str, score: float | None, rng: random.Random | None) -> Page:
         kind = view.kind
         if kind == "results":
-            return self._results(view, instruction)
+            return self._results(view, instruction, rng)
         if kind in ("item", "sub") and view.asin in self.catalog.by_asin:
             return self._item(view, instruction) if kind == "item" else self._sub(view, instruction)
         if kind == "done":
@@ -164,18 +263,18 @@ class ShopSite:
                     Element(SEARCH_BUTTON, "search", key=SEARCH_BUTTON.lower())]
         return Page(View("search"), elements, has_search_bar=True, title="WebShop")
 
-    def _results(self, view: View, instruction: str) -> Page:
-        asins = self.results(view.query)
+    def _results(self, view: View, instruction: str, rng: random.Random | None = None) -> Page:
+        asins = self.results(view.query, rng)
         total = len(asins)
-        n_pages = max(1, math.ceil(total / PRODUCT_WINDOW))
-        page_no = min(max(1, int(view.page)), n_pages)
+        # WebShop renders any page number, past the last result too ("Page 7 (Total results: 50)", no
+        # products), and always offers "Next >" (results_page.html).
+        page_no = max(1, int(view.page))
         view = replace(view, page=page_no, asin="", options=(), sub="")
         elements = [*self._header(instruction), _button(BACK_TO_SEARCH, View("search")),
                     Element(f"Page {page_no} (Total results: {total})", "text", group="nav")]
         if page_no > 1:
             elements.append(_button(PREV_PAGE, replace(view, page=page_no - 1)))
-        if page_no * PRODUCT_WINDOW < total:
-            elements.append(_button(NEXT_PAGE, replace(view, page=page_no + 1)))
+        elements.append(_button(NEXT_PAGE, replace(view, page=page_no + 1)))
         for asin in asins[(page_no - 1) * PRODUCT_WINDOW: page_no * PRODUCT_WINDOW]:
             p = self.catalog.by_asin[asin]
             item_view = View("item", query=view.query, page=page_no, asin=asin)
@@ -192,13 +291,18 @@ class ShopSite:
         view = replace(view, sub="")
         back = View("results", query=view.query, page=view.page)
         elements = self._item_header(view, instruction, back)
+        sub_names = {s.lower(): s for s in SUB_PAGES}
         for name, values in p["options"].items():
             elements.append(Element(name, "heading", group=f"option:{name}"))
             for value in values:
-                elements.append(Element(value, "option", key=value, target=view.with_option(name, value), group=name))
+                # WebShop's receive() sends a click named like a sub-page to that sub-page, option or not
+                target = (replace(view, kind="sub", sub=sub_names[value]) if value in sub_names
+                          else view.with_option(name, value))
+                elements.append(Element(value, "option", key=value, target=target, group=name))
         elements.append(Element(p["Title"], "heading", group="product"))
         elements.append(Element(f"Price: {p['Price']}", "text", group="product"))
-        elements.append(Element(f"Rating: {p['Rating']}", "text", group="product"))
+        rating = p["Rating"] if self.show_reviews else "N.A."
+        elements.append(Element(f"Rating: {rating}", "text", group="product"))
         subs = SUB_PAGES if self.show_attrs else SUB_PAGES[:3]
         for sub in subs:
             elements.append(_button(sub, replace(view, kind="sub", sub=sub)))
@@ -215,7 +319,9 @@ class ShopSite:
         elif sub == "Features":
             elements.extend(Element(b, "text", group="content") for b in p["BulletPoints"])
         elif sub == "Reviews":
-            if p["Reviews"]:
+            if not self.show_reviews:
+                pass  # WebShop: no reviews loaded, the page holds only its two buttons
+            elif p["Reviews"]:
                 for r in p["Reviews"]:
                     elements.append(Element(f'"{r.get("title", "")}"', "heading", group="review"))
                     elements.append(Element(str(r.get("score", "")), "text", group="review"))

@@ -1,9 +1,12 @@
 """``stratagym/WebShop-v0``: WebShop in text mode.
 
-Observations are WebShop's simple text pages (visible strings joined by ``" [SEP] "``); actions are
-``search[<keywords>]`` (only on the search page, where the search bar is) and ``click[<key>]`` for a
-key listed in ``info["admissible_actions"]``. Any other text is an invalid step: reward 0, nothing
-changes, the same page comes back. "Buy Now" ends the episode with WebShop's reward.
+Observations are WebShop's simple text pages (visible strings joined by ``" [SEP] "``), or with
+``observation_mode="text_rich"`` WebShop's rich text mode; actions are ``search[<keywords>]`` (from any
+page, as in WebShop's ``WebAgentTextEnv.step``; ``info["admissible_actions"]`` lists it where there is a
+search bar) and ``click[<key>]`` for a key listed in ``info["admissible_actions"]``. ``click[search]`` is
+listed on the search page (verl-agent lists it) and, as in WebShop, does nothing. Any other text is an
+invalid step: reward 0, nothing changes, the same page comes back. "Buy Now" ends the episode with
+WebShop's reward. docs/fidelity.md lists what matches WebShop and the options that differ from it.
 
 Extra info keys: ``instruction`` (the goal text), ``page`` (search | results | item | sub | done),
 and after a purchase ``purchased_asin``, ``purchased_options`` and ``reward_info`` (WebShop's verbose
@@ -12,6 +15,7 @@ breakdown).
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any, Sequence
 
@@ -19,9 +23,12 @@ from stratagym.envs.core import ConfigError, StepResult, TextEnv
 from stratagym.envs.webshop.catalog import Catalog, load_catalog
 from stratagym.envs.webshop.reward import noun_backend_name, set_noun_backend
 from stratagym.envs.webshop.search import make_search_engine
-from stratagym.envs.webshop.site import SEARCH_BUTTON, Page, ShopSite, View
+from stratagym.envs.webshop.site import BACK_TO_SEARCH, SEARCH_BUTTON, Page, ShopSite, View
 
-__all__ = ["WebShopEnvBase", "WebShopTextEnv", "parse_action", "build_site"]
+__all__ = ["WebShopEnvBase", "WebShopTextEnv", "parse_action", "build_site", "OBSERVATION_MODES", "resolve_search_backend"]
+
+#: WebShop's text observation modes (``WebAgentTextEnv.observation``); ``html`` and ``url`` are not offered.
+OBSERVATION_MODES = ("text", "text_rich")
 
 _ACTION_RE = re.compile(r"(.+)\[(.+)\]")
 
@@ -39,6 +46,14 @@ def parse_action(action: str) -> tuple[str, str | None]:
     return name.strip().lower(), arg
 
 
+def resolve_search_backend(search_backend: str, items_path: str | None) -> str:
+    """``"auto"``: Pyserini (Lucene, WebShop's exact rankings) on WebShop's own files (``items_path``),
+    bm25s (fast, close but not identical rankings) on the bundled catalog; anything else unchanged."""
+    if search_backend == "auto":
+        return "pyserini" if items_path else "bm25s"
+    return search_backend
+
+
 def build_site(
     *,
     data_dir: str | None = None,
@@ -48,22 +63,26 @@ def build_site(
     reviews_path: str | None = None,
     human_goals: bool = True,
     num_products: int | None = None,
-    search_backend: str = "bm25s",
+    search_backend: str = "auto",
     index_dir: str | None = None,
     title_nouns: Any = "auto",
     show_attrs: bool = False,
+    show_reviews: bool = False,
+    collapse_whitespace: bool = False,
 ) -> ShopSite:
     """The catalog + search engine + site the text env and the web server share (cached per process)."""
     catalog: Catalog = load_catalog(
         data_dir, items_path=items_path, attrs_path=attrs_path, human_ins_path=human_ins_path,
         reviews_path=reviews_path, human_goals=human_goals, num_products=num_products,
     )
-    engine = make_search_engine(catalog.products, search_backend, index_dir=index_dir, cache_key=id(catalog))
+    backend = resolve_search_backend(search_backend, items_path)
+    engine = make_search_engine(catalog.products, backend, index_dir=index_dir, cache_key=id(catalog))
     if title_nouns != "auto":
         set_noun_backend(title_nouns)
     else:
         noun_backend_name()  # configures "auto" once per process unless someone chose already
-    return ShopSite(catalog, engine, show_attrs=show_attrs)
+    return ShopSite(catalog, engine, show_attrs=show_attrs, show_reviews=show_reviews,
+                    collapse_whitespace=collapse_whitespace)
 
 
 class WebShopEnvBase(TextEnv):
@@ -94,9 +113,15 @@ class WebShopTextEnv(WebShopEnvBase):
         data_dir: a directory in the bundled layout (default: ``data/webshop``).
         items_path, attrs_path, human_ins_path, reviews_path: WebShop's own files instead.
         human_goals: with WebShop's files, build goals from human instructions (else synthetic).
-        search_backend: ``bm25s`` (default) or ``pyserini`` (Lucene on Java 21).
+        search_backend: ``auto`` (default: ``pyserini`` with WebShop's own files, whose rankings it
+            reproduces exactly; ``bm25s`` on the bundled catalog), ``bm25s`` (fast; top-10 overlap with
+            Lucene about 0.93) or ``pyserini`` (Lucene on Java 21).
         title_nouns: ``auto`` | ``fallback`` | a spaCy model name (see :mod:`.reward`).
         show_attrs: show WebShop's "Attributes" sub-page button.
+        observation_mode: ``text`` (WebShop's simple mode, default) or ``text_rich``.
+        show_reviews: show the catalog's ratings and reviews (WebShop never loads them: off).
+        collapse_whitespace: collapse whitespace runs inside page texts (WebShop keeps them: off).
+        list_click_search: list ``click[search]`` on the search page, as verl-agent does (on).
         max_steps: turns before truncation (15, as verl-agent's WebShop runs).
     """
 
@@ -114,26 +139,39 @@ class WebShopTextEnv(WebShopEnvBase):
         reviews_path: str | None = None,
         human_goals: bool = True,
         num_products: int | None = None,
-        search_backend: str = "bm25s",
+        search_backend: str = "auto",
         index_dir: str | None = None,
         title_nouns: Any = "auto",
         show_attrs: bool = False,
+        observation_mode: str = "text",
+        show_reviews: bool = False,
+        collapse_whitespace: bool = False,
+        list_click_search: bool = True,
         max_steps: int = 15,
         context_k: int = 4,
         render_mode: str | None = None,
     ):
         super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode)
+        if observation_mode not in OBSERVATION_MODES:
+            raise ConfigError(f"unknown WebShop observation_mode {observation_mode!r}; use one of {OBSERVATION_MODES}")
+        self.observation_mode = observation_mode
+        self.list_click_search = bool(list_click_search)
         self._open_site(
             split, data_dir=data_dir, items_path=items_path, attrs_path=attrs_path, human_ins_path=human_ins_path,
             reviews_path=reviews_path, human_goals=human_goals, num_products=num_products,
             search_backend=search_backend, index_dir=index_dir, title_nouns=title_nouns, show_attrs=show_attrs,
+            show_reviews=show_reviews, collapse_whitespace=collapse_whitespace,
         )
         self._view = View("search")
         self._page: Page | None = None
+        self._visited: set[str] = set()  # asins opened since reset / "Back to Search" (text_rich marks them)
+        self._rng = random.Random(0)
 
     # ---- TextEnv API ----------------------------------------------------------------------------
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
         self._goal = self.catalog.goal(task_id)
+        self._rng = random.Random(int(self.np_random.integers(1 << 62)))  # for "<r>" searches
+        self._visited = set()
         self._show(View("search"))
         return self._obs(), self._extra()
 
@@ -141,29 +179,42 @@ class WebShopTextEnv(WebShopEnvBase):
         name, arg = parse_action(action)
         page = self._page
         assert page is not None
-        if name == "search" and arg is not None and page.has_search_bar:
+        # WebShop's step: a search runs from any page (browser.search needs no search bar)
+        if name == "search" and arg is not None and arg != "":
             self._show(self.site.search_view(arg))
             return StepResult(self._obs(), tool="search", info=self._extra())
         if name == "click" and arg is not None:
             key = arg.lower()
             element = page.clickables.get(key)
+            if element is not None and key == SEARCH_BUTTON.lower() and self.list_click_search:
+                # WebShop ignores click[search] (step: action_arg != 'search'); verl-agent lists it, so
+                # it is an admissible action that leaves the page as it is
+                return StepResult(self._obs(), info=self._extra())
             if element is not None and key != SEARCH_BUTTON.lower() and element.target is not None:
                 if element.role == "buy":
                     return self._buy(element.target)
+                if key == BACK_TO_SEARCH.lower():
+                    self._visited = set()  # WebShop re-creates the session's asin set on the index page
+                elif element.role == "product":
+                    self._visited.add(element.target.asin)
                 self._show(element.target)
                 return StepResult(self._obs(), info=self._extra())
         return StepResult(self._obs(), action_valid=False, info=self._extra())
 
     def admissible_actions(self) -> list[str] | None:
-        return self._page.admissible_actions() if self._page is not None else None
+        if self._page is None:
+            return None
+        return self._page.admissible_actions(click_search=self.list_click_search)
 
     # ---- helpers --------------------------------------------------------------------------------
     def _show(self, view: View, score: float | None = None) -> None:
-        self._page = self.site.render(view, self._goal["instruction_text"], score=score)
+        self._page = self.site.render(view, self._goal["instruction_text"], score=score, rng=self._rng)
         self._view = self._page.view
 
     def _obs(self) -> str:
         assert self._page is not None
+        if self.observation_mode == "text_rich":
+            return self._page.rich_text(self._visited)
         return self._page.text
 
     def _extra(self) -> dict[str, Any]:

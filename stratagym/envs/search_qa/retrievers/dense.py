@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.data import Corpus
 from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
 

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.retrievers.base import Hit, RetrievalError, Retriever
 from stratagym.java import JavaUnavailable, anserini_jar, java_executable, java_home, start_jvm
 

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.retrievers.base import Hit, RetrievalError, Retriever
 
 __all__ = ["RemoteRetriever"]

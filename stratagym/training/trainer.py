@@ -34,17 +34,17 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from stratagym.algorithms.checkpoint import (
+from stratagym.training.checkpoint import (
     atomic_write_text,
     latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
-from stratagym.algorithms.config import RecipeConfig
+from stratagym.training.config import RecipeConfig
 from stratagym.algorithms.losses import policy_loss
 from stratagym.algorithms.registry import get_estimator
-from stratagym.algorithms.rollout import (
+from stratagym.training.rollout import (
     RolloutBatch,
     RolloutCollector,
     env_metadata_keys,
@@ -52,7 +52,7 @@ from stratagym.algorithms.rollout import (
     shape_rewards,
     to_advantage_batch,
 )
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = ["Trainer", "build_policy", "seed_everything", "check_estimator_metadata"]
 

@@ -31,9 +31,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         import os
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from stratagym.algorithms.config import load_recipe
-        from stratagym.algorithms.trainer import Trainer
-        from stratagym.envs.core import ConfigError
+        from stratagym.training.config import load_recipe
+        from stratagym.training.trainer import Trainer
+        from stratagym.errors import ConfigError
 
         overrides = dict(_parse_override(s) for s in (set_ or []))
         if output_dir:

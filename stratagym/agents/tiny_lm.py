@@ -6,7 +6,7 @@ tokenizer on local text, wraps it with a Qwen-style chat template, builds a rand
 ``Qwen2ForCausalLM`` and saves both with ``save_pretrained`` (safetensors). The result is cached in a
 folder keyed by the configuration, so tests and demos build it once (a few seconds).
 
-    >>> from stratagym.testing.tiny_lm import tiny_lm_path
+    >>> from stratagym.agents.tiny_lm import tiny_lm_path
     >>> path = tiny_lm_path()              # build/tiny-models/qwen2-h64-l2-v2048-<hash>
     >>> AutoModelForCausalLM.from_pretrained(path)
 """

@@ -183,7 +183,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Train every (algorithm, env, seed) of a suite, evaluate, submit to the leaderboard and render it."""
         from rich.console import Console
 
-        from stratagym.eval.bench import BenchError, run_bench
+        from stratagym.bench.runner import BenchError, run_bench
         from stratagym.eval.suite import SuiteError
 
         console = Console()

@@ -47,11 +47,17 @@ def exact_match(prediction: str | None, answers: Answers) -> float:
 
 
 def substring_match(prediction: str | None, answers: Answers) -> float:
-    """1.0 if any normalised gold answer occurs inside the normalised prediction (Search-R1's ``subem``)."""
+    """1.0 if any normalised gold answer occurs inside the normalised prediction: Search-R1's ``subem_check``.
+
+    Exactly Search-R1's rule, including its edge case: a gold answer that normalises to ``""`` (say
+    ``"the"``) is contained in every prediction, so ``substring_match("x", ["the"]) == 1.0``. Reported
+    figures must be comparable with Search-R1's, so the edge case is kept rather than "fixed". A missing
+    prediction (``None``: the episode never answered) scores 0, as Search-R1 scores a missing answer.
+    """
     if prediction is None:
         return 0.0
     pred = normalize_answer(prediction)
-    return float(any(normalize_answer(a) in pred for a in _as_list(answers) if normalize_answer(a)))
+    return float(any(normalize_answer(a) in pred for a in _as_list(answers)))
 
 
 def _f1_one(pred_tokens: list[str], gold: str) -> float:

@@ -26,7 +26,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from stratagym.envs.core import ConfigError
+from stratagym.errors import ConfigError
 
 __all__ = [
     "EnvConfig",
@@ -200,7 +200,7 @@ class RecipeConfig:
         cfg = _build(cls, data, "")
         policy = dict(cfg.policy)
         if policy.get("model") == "tiny":
-            from stratagym.testing.tiny_lm import tiny_lm_path
+            from stratagym.agents.tiny_lm import tiny_lm_path
 
             policy["model"] = str(tiny_lm_path())
         cfg.policy = policy

@@ -5,7 +5,7 @@ For a suite (:mod:`stratagym.eval.suite`):
 1. **baselines**: every ``baselines`` agent (e.g. ``scripted:oracle``) is evaluated on every eval env
    with the suite's seeds;
 2. **training**: every (algorithm, env, seed) of each ``train`` group is trained by the project's
-   :class:`~stratagym.algorithms.trainer.Trainer` (its Python API: ``Trainer(RecipeConfig).train()``),
+   :class:`~stratagym.training.trainer.Trainer` (its Python API: ``Trainer(RecipeConfig).train()``),
    checkpointed under ``runs_dir``; the policies of all seeds of an (algorithm, env) are then evaluated
    greedily by the eval harness as ONE record (record seeds = training seeds, so the board shows the
    spread across training seeds) carrying the training curve (``rollout/return`` per step);
@@ -69,7 +69,7 @@ def recipe_for_run(suite: Suite, section: TrainSection, alg: AlgorithmEntry, env
     """The trainer recipe of one (algorithm, env, seed): the group's ``config``, the algorithm's
     ``recipe`` overrides, then env, estimator, seed and output folder. ``policy.seed: auto`` becomes
     the run's seed (policies whose initial weights take a seed, e.g. the scorer)."""
-    from stratagym.algorithms.config import RecipeConfig
+    from stratagym.training.config import RecipeConfig
 
     data = _deep_merge(section.config, alg.recipe)
     data["name"] = f"{suite.name}-{_slug(alg.label)}-{_slug(env_id.split('/')[-1])}-seed{seed}"
@@ -109,8 +109,8 @@ def _curve(output_dir: Path) -> list[dict[str, float]]:
 
 def _train_one(recipe: Any, *, resume: bool) -> tuple[Any, Path, float]:
     """Train (or reload a finished run); return the policy, its checkpoint policy folder, seconds."""
-    from stratagym.algorithms.checkpoint import latest_checkpoint
-    from stratagym.algorithms.trainer import Trainer
+    from stratagym.training.checkpoint import latest_checkpoint
+    from stratagym.training.trainer import Trainer
 
     t0 = time.perf_counter()
     trainer = Trainer(recipe)
@@ -154,7 +154,6 @@ def run_bench(
     """Run a suite end to end (see the module docstring); return the records and where the board is."""
     import torch
 
-    from stratagym.agents.policy import PolicyAgent
     from stratagym.envs.registry import get_spec, scripted_agent_names
     from stratagym.eval.harness import EvalConfig, EvalError, evaluate
     from stratagym.eval.records import content_hash_path, write_json_atomic
@@ -286,7 +285,7 @@ def run_bench(
                     say(f"eval {alg.label} ({len(seeds)} training seeds) on {env_id} ({e.split or 'default split'})")
                     out = root / "evals" / f"{_slug(alg.label)}__{_slug(env_id)}__{_slug(e.split or 'default')}.json"
                     rec = evaluate(cfg, out=out, resume=resume, progress=progress,
-                                   agent_factory=lambda s, _p=policies, _env=env_id: PolicyAgent(_p[s], env_id=_env, greedy=True))
+                                   agent_factory=lambda s, _p=policies: _p[s])
                     records.append(rec)
                     submit(rec)
 
