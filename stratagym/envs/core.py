@@ -32,7 +32,7 @@ import string
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -293,7 +293,8 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
     * optionally :meth:`admissible_actions` -- the valid actions now, or None when unknown.
 
     Task choice on ``reset``: ``options={"task_id": id}`` picks that task, ``options={"task_index":
-    i}`` the i-th of the split, otherwise the env's ``np_random`` chooses, so ``reset(seed=s)``
+    i}`` the i-th of the split (an integer; other values, or options that are not a dict, raise
+    ``TypeError``/``ValueError`` naming the option), otherwise the env's ``np_random`` chooses, so ``reset(seed=s)``
     is deterministic. Episodes are truncated after ``max_steps`` turns.
     """
 
@@ -361,7 +362,10 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         ids = self.task_ids()
         if not ids:
             raise ConfigError(f"{type(self).__name__} has no tasks in this split; check its data path and split")
-        options = options or {}
+        if options is None:
+            options = {}
+        elif not isinstance(options, Mapping):
+            raise TypeError(f"reset(options=...) must be a dict such as {{'task_id': ...}} or None, got {type(options).__name__}")
         if options.get("task_id") is not None:
             task_id = str(options["task_id"])
             if not self.has_task(task_id):
@@ -371,7 +375,7 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
                 )
             return task_id
         if options.get("task_index") is not None:
-            index = int(options["task_index"])
+            index = _task_index(options["task_index"])
             if not 0 <= index < len(ids):
                 raise ValueError(f"task_index {index} out of range: this split has {len(ids)} tasks")
             return ids[index]
@@ -455,3 +459,14 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
             info["admissible_actions"] = list(admissible)
         info.update(extra)
         return info
+
+
+def _task_index(value: Any) -> int:
+    """``options["task_index"]`` as an int: an integer, or a float with an integral value; anything else
+    (``inf``, ``nan``, ``2.5``, a string, a bool) is a clear error naming the option, not an
+    ``OverflowError`` from deep inside ``int()``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"options['task_index'] must be an integer, got {type(value).__name__}")
+    if isinstance(value, (float, np.floating)) and not (np.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"options['task_index'] must be a whole number, got {value!r}")
+    return int(value)
