@@ -36,6 +36,7 @@ CLI_PLUGINS = (
     "stratagym.envs.alfworld.cli",
     "stratagym.envs.webshop.cli",
     "stratagym.training.cli",
+    "stratagym.training.sft_cli",
     "stratagym.bench.cli",
     "stratagym.leaderboard.cli",
     "stratagym.studies.cli",

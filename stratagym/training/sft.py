@@ -1,0 +1,602 @@
+"""Supervised fine-tuning on expert demonstrations with TRL's ``SFTTrainer``: the warm start for RL.
+
+``stratagym sft --config recipes/cpu/sft-searchqa.yaml [--resume]`` runs four stages, each reusing its
+output when resuming:
+
+1. **demos** -- :func:`stratagym.training.demos.collect_demos` plays the scripted expert on the train
+   split (``<output_dir>/demos.jsonl``; or ``demos.path`` names an existing file, checked line by line);
+2. **base** -- a byte-level BPE tokenizer trained on the env's text (the demonstrations and
+   ``tokenizer.extra_text`` files, e.g. the retrieval corpus) with the template's tags as single tokens,
+   and a randomly initialised small Llama/Qwen2 (:mod:`stratagym.agents.small_lm`); or ``model.path``,
+   an existing HF model folder (the GPU path: a real model from disk), whose tokenizer must hold the
+   template's tags (refused with the fix otherwise);
+3. **train** -- TRL's ``SFTTrainer`` on pre-tokenised examples with the loss on the expert's turns
+   only (``completion_mask`` + ``completion_only_loss``), progress bars from the HF trainer, checkpoints
+   every ``sft.save_steps`` that ``--resume`` continues from. A checkpoint counts only once the trainer
+   finished writing it (a ``COMPLETE`` marker written after the save), so a checkpoint cut short by a
+   full disk or a kill is never resumed from: the previous one is;
+4. **export** -- the policy folder (``export`` or ``<output_dir>/final``) written by
+   :meth:`LLMPolicy.save_pretrained` into a temporary folder and moved into place only when complete.
+   ``stratagym train`` (``policy.model: <folder>``) and ``stratagym eval <folder>`` load it unchanged;
+   ``sft_meta.json`` in it records the recipe, the demonstrations' sha256, steps, loss and wall times;
+5. **eval** -- greedy primary metric on ``eval.n`` tasks of the eval split (``env.eval_kwargs``), played
+   through the rollout loop the trainer uses.
+
+Examples are built with the policy's own rendering (:meth:`LLMPolicy.render` of each turn's prompt, as
+recorded by the demos), so training text equals RL text. Consecutive turns of an episode whose
+prompts extend each other token for token (Search-R1's growing turn, ``memory_k`` >= episode length)
+are merged into one sequence with several loss spans; the check is on token ids, so a merge never
+changes what a turn's prompt tokenises to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from stratagym.errors import ConfigError
+
+__all__ = [
+    "SFTRecipe",
+    "load_sft_recipe",
+    "build_examples",
+    "run_sft",
+    "evaluate_checkpoint",
+    "complete_checkpoints",
+    "META_FILE",
+]
+
+META_FILE = "sft_meta.json"
+_MARKER = "COMPLETE"
+
+
+# ---- recipe -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class SFTEnv:
+    """``id`` and ``kwargs`` of the env the demonstrations come from (train split); ``eval_kwargs`` for
+    the evaluation after training (e.g. ``split: test``)."""
+
+    id: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_kwargs: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class SFTDemos:
+    """Where the demonstrations come from: an existing ``path``, or collected with ``agent`` from the
+    first ``n`` tasks of ``split`` (all when null)."""
+
+    path: Optional[str] = None
+    agent: str = "scripted:oracle"
+    split: str = "train"
+    n: Optional[int] = None
+    seed: int = 0
+
+
+@dataclass
+class SFTTokenizer:
+    """``vocab_size`` of the BPE; ``extra_text``: files whose text the BPE also learns (a ``.jsonl``
+    contributes every string value of each record, other files their lines)."""
+
+    vocab_size: int = 4096
+    extra_text: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SFTTrain:
+    """Optimisation (HF ``TrainingArguments`` names where they exist). ``threads``: torch CPU threads.
+    ``epochs`` or ``max_steps`` (> 0 wins) sets the budget. ``fused_lm_head``: TRL's chunked LM-head
+    loss kernel (it also logs entropy and token accuracy); off by default: logits only at the labelled
+    positions give the same loss for a fraction of the LM-head cost (see ``CompletionLogitsSFTTrainer``)."""
+
+    lr: float = 2e-3
+    batch_size: int = 16
+    epochs: float = 6.0
+    max_steps: int = -1
+    warmup_steps: int = 30
+    scheduler: str = "linear"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    threads: int = 1
+    save_steps: int = 200
+    keep_last: int = 2
+    logging_steps: int = 20
+    group_by_length: bool = True
+    max_length: int = 2048
+    fused_lm_head: bool = False
+
+
+@dataclass
+class SFTEval:
+    """Greedy evaluation after training: the first ``n`` tasks of the eval split (0 = skip)."""
+
+    n: int = 200
+    batch_size: int = 64
+    seed: int = 0
+
+
+@dataclass
+class SFTRecipe:
+    """A whole SFT run (see the module docstring). ``policy``: :class:`~stratagym.agents.llm.LLMConfig`
+    options saved with the checkpoint (``memory_k`` and ``template`` must match the demonstrations);
+    ``model``: :class:`~stratagym.agents.small_lm.SmallLMConfig` options, or ``{path: <HF folder>}``."""
+
+    name: str = "sft"
+    env: SFTEnv = field(default_factory=SFTEnv)
+    demos: SFTDemos = field(default_factory=SFTDemos)
+    policy: dict[str, Any] = field(default_factory=dict)
+    tokenizer: SFTTokenizer = field(default_factory=SFTTokenizer)
+    model: dict[str, Any] = field(default_factory=dict)
+    sft: SFTTrain = field(default_factory=SFTTrain)
+    eval: SFTEval = field(default_factory=SFTEval)
+    output_dir: str = "runs/sft"
+    export: Optional[str] = None
+
+    @property
+    def export_dir(self) -> Path:
+        return Path(self.export) if self.export else Path(self.output_dir) / "final"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check(value: Any, tp: Any, where: str) -> Any:
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)][0]
+        return _check(value, inner, where)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r} (YAML needs 2.0e-3, not 2e-3)")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_check(v, args[0], where) for v in value] if args else list(value)
+    return value
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    import typing
+
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'recipe'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} in {prefix or 'the SFT recipe'}; valid keys: {names}")
+    return cls(**{k: _check(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()})
+
+
+def load_sft_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> SFTRecipe:
+    """Read an SFT recipe (``yaml.safe_load``), apply dotted ``overrides`` and validate it."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"recipe {str(p)!r} does not exist; see recipes/cpu/sft-*.yaml")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"recipe {str(p)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {str(p)!r} must be a YAML mapping")
+    for key, value in (overrides or {}).items():
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    recipe = _build(SFTRecipe, data, "")
+    return validate_recipe(recipe)
+
+
+def validate_recipe(recipe: SFTRecipe) -> SFTRecipe:
+    from stratagym.agents.llm import LLMConfig
+    from stratagym.agents.small_lm import SmallLMConfig
+
+    if not recipe.env.id:
+        raise ConfigError("env.id is missing: e.g. env: {id: stratagym/SearchQA-v0, kwargs: {split: train}}")
+    s = recipe.sft
+    if s.lr <= 0:
+        raise ConfigError(f"sft.lr must be > 0, got {s.lr}")
+    for name in ("batch_size", "threads", "save_steps", "keep_last", "logging_steps", "max_length"):
+        if getattr(s, name) < 1:
+            raise ConfigError(f"sft.{name} must be >= 1, got {getattr(s, name)}")
+    if s.max_steps <= 0 and s.epochs <= 0:
+        raise ConfigError("set sft.epochs > 0 or sft.max_steps > 0")
+    if s.scheduler not in ("linear", "cosine", "constant", "constant_with_warmup"):
+        raise ConfigError(f"sft.scheduler must be linear, cosine, constant or constant_with_warmup, got {s.scheduler!r}")
+    if recipe.demos.n is not None and recipe.demos.n < 1:
+        raise ConfigError(f"demos.n must be >= 1 or null, got {recipe.demos.n}")
+    if recipe.eval.n < 0:
+        raise ConfigError(f"eval.n must be >= 0, got {recipe.eval.n}")
+    if "model" in recipe.policy:
+        raise ConfigError("policy.model is set by the SFT run (the export folder); remove it from the policy section")
+    LLMConfig.from_dict({**recipe.policy, "model": "x"}).validate()
+    if "path" not in recipe.model:
+        SmallLMConfig.from_dict(recipe.model)
+    else:
+        extra = sorted(set(recipe.model) - {"path", "require_tag_tokens"})
+        if extra:
+            raise ConfigError(f"model.path loads an existing model; drop the size options {extra}")
+    return recipe
+
+
+# ---- examples -------------------------------------------------------------------------------------------
+
+
+def build_examples(records: Sequence[dict[str, Any]], policy: Any) -> list[dict[str, list[int]]]:
+    """Pre-tokenised SFT examples ``{"input_ids", "completion_mask"}`` from demonstration records.
+
+    Each turn's prompt is rendered with ``policy.render`` (the chat template and the final-assistant
+    continuation the policy uses in RL) and tokenised like the policy's prompts; the completion's
+    tokens carry mask 1. A turn continues the previous turn's sequence when its prompt tokenises to
+    exactly that sequence's ids followed by more; otherwise it starts a new example.
+    """
+    tok = policy.tokenizer
+
+    def ids_of(text: str) -> list[int]:
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    examples: list[dict[str, list[int]]] = []
+    for rec in records:
+        cur_ids: list[int] = []
+        cur_mask: list[int] = []
+        cur_text: Optional[str] = None
+        for turn in rec["turns"]:
+            prompt_text = policy.render(turn["prompt"])
+            prompt_ids = ids_of(prompt_text)
+            merged = False
+            if cur_text is not None and prompt_text.startswith(cur_text) and prompt_ids[: len(cur_ids)] == cur_ids:
+                rest = prompt_ids[len(cur_ids):]
+                cur_ids = cur_ids + rest
+                cur_mask = cur_mask + [0] * len(rest)
+                merged = True
+            if not merged:
+                if cur_ids:
+                    examples.append({"input_ids": cur_ids, "completion_mask": cur_mask})
+                cur_ids, cur_mask = list(prompt_ids), [0] * len(prompt_ids)
+            comp = ids_of(turn["completion"])
+            cur_ids = cur_ids + comp
+            cur_mask = cur_mask + [1] * len(comp)
+            cur_text = prompt_text + turn["completion"]
+        if cur_ids:
+            examples.append({"input_ids": cur_ids, "completion_mask": cur_mask})
+    return examples
+
+
+def _tokenizer_texts(records: Sequence[dict[str, Any]], extra_files: Sequence[str]) -> list[str]:
+    texts: list[str] = []
+    for rec in records:
+        for turn in rec["turns"]:
+            texts.extend(m["content"] for m in turn["prompt"])
+            texts.append(turn["completion"])
+    for name in extra_files:
+        path = Path(name)
+        if not path.exists():
+            raise ConfigError(f"tokenizer.extra_text file {name!r} does not exist")
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if path.suffix == ".jsonl":
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(obj, dict):
+                        texts.extend(v for v in obj.values() if isinstance(v, str))
+                elif line.strip():
+                    texts.append(line.rstrip("\n"))
+    return texts
+
+
+# ---- checkpoints --------------------------------------------------------------------------------------
+
+
+def complete_checkpoints(trainer_dir: str | Path) -> list[Path]:
+    """HF trainer checkpoints (``checkpoint-N``) that were written completely, oldest first."""
+    root = Path(trainer_dir)
+    if not root.exists():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("checkpoint-") and (p / _MARKER).exists()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def _marker_callback() -> Any:
+    from transformers import TrainerCallback
+
+    class CompleteMarker(TrainerCallback):
+        """Writes ``COMPLETE`` into a checkpoint once the trainer has saved all of it (``on_save`` runs
+        after the save), flushing its files first; resumes only use marked checkpoints."""
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if ckpt.exists():
+                for p in ckpt.rglob("*"):
+                    if p.is_file():
+                        with open(p, "rb") as fh:
+                            os.fsync(fh.fileno())
+                from stratagym.training.checkpoint import atomic_write_text
+
+                atomic_write_text(ckpt / _MARKER, "ok\n")
+            return control
+
+    return CompleteMarker()
+
+
+def _completion_logits_trainer() -> type:
+    import torch
+    from trl import SFTTrainer
+
+    class CompletionLogitsSFTTrainer(SFTTrainer):
+        """SFTTrainer (data preparation, completion-only labels, collator, checkpoints, resume) whose loss
+        asks the model for logits only at the positions that predict a labelled token.
+
+        Only the expert's turns carry labels (15% of the tokens on SearchQA, the rest is retrieved text),
+        and for a small model the LM head is most of the cost, so this halves a training step on CPU.
+        The loss is the usual token-mean cross-entropy over labelled tokens. The forward runs through
+        ``model(...)`` (``logits_to_keep`` as a boolean mask), so DDP/accelerate wrappers still see it.
+        """
+
+        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+            labels = inputs["labels"]
+            keep = torch.zeros_like(labels, dtype=torch.bool)
+            keep[:, :-1] = labels[:, 1:] != -100
+            out = model(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
+                        logits_to_keep=keep, use_cache=False)
+            targets = labels[:, 1:][keep[:, :-1]]
+            logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
+            denom = num_items_in_batch if num_items_in_batch is not None else targets.numel()
+            loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum") / torch.as_tensor(denom).clamp(min=1).to(logits.device)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes
+            return (loss, out) if return_outputs else loss
+
+    return CompletionLogitsSFTTrainer
+
+
+# ---- the run -----------------------------------------------------------------------------------------------
+
+
+def _policy_config(recipe: SFTRecipe, model_path: str, records: Sequence[dict[str, Any]]) -> Any:
+    from stratagym.agents.llm import LLMConfig
+
+    data = dict(recipe.policy)
+    rec0 = records[0]
+    demo_k = int(rec0.get("memory_k", data.get("memory_k", 2)))
+    if "memory_k" in data and int(data["memory_k"]) != demo_k:
+        raise ConfigError(
+            f"policy.memory_k is {data['memory_k']} but the demonstrations were rendered with memory_k {demo_k}; "
+            "collect them again with the policy's memory_k (the prompts must match what RL shows the model)"
+        )
+    data["memory_k"] = demo_k
+    if data.get("template") and rec0.get("template") and data["template"] != rec0["template"]:
+        raise ConfigError(f"policy.template is {data['template']!r} but the demonstrations use {rec0['template']!r}")
+    return LLMConfig.from_dict({**data, "model": model_path})
+
+
+def _stage(log: dict[str, float], name: str, t0: float) -> float:
+    now = time.perf_counter()
+    log[name] = round(now - t0, 2)
+    return now
+
+
+def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, echo: Any = print) -> dict[str, Any]:
+    """Run the stages of the module docstring; returns the summary also written to ``sft_meta.json``."""
+    import torch
+
+    from stratagym.agents.llm import LLMPolicy
+    from stratagym.agents.prompts import template_for_env
+    from stratagym.agents.small_lm import (SmallLMConfig, build_model, check_tokenizer_for_template,
+                                           save_model_atomic, template_tags, train_tokenizer)
+    from stratagym.training.demos import collect_demos, demos_digest, read_demos, write_demos
+
+    torch.set_num_threads(recipe.sft.threads)
+    out = Path(recipe.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+
+    # 1. demonstrations
+    demos_path = Path(recipe.demos.path) if recipe.demos.path else out / "demos.jsonl"
+    if not recipe.demos.path and not (resume and demos_path.exists()):
+        mem = int(recipe.policy.get("memory_k", 2))
+        echo(f"collecting demonstrations: {recipe.demos.agent} on {recipe.env.id} split {recipe.demos.split}")
+        records = collect_demos(recipe.env.id, recipe.demos.agent, split=recipe.demos.split, n=recipe.demos.n,
+                                env_kwargs={k: v for k, v in recipe.env.kwargs.items() if k != "split"},
+                                template=recipe.policy.get("template"), memory_k=mem, seed=recipe.demos.seed,
+                                progress=progress)
+        write_demos(records, demos_path)
+    records = read_demos(demos_path)
+    bad = [r["env_id"] for r in records if r["env_id"] != recipe.env.id]
+    if bad:
+        raise ConfigError(f"{demos_path} holds demonstrations of {bad[0]!r}, but the recipe trains for {recipe.env.id!r}")
+    t = _stage(times, "demos_s", t)
+
+    # 2. tokenizer + base model
+    template = template_for_env(recipe.env.id, None, recipe.policy.get("template"))
+    base = out / "base"
+    if "path" in recipe.model:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        src = str(recipe.model["path"])
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(src)
+            model = AutoModelForCausalLM.from_pretrained(src)
+        except OSError as exc:
+            raise ConfigError(f"model.path {src!r} could not be loaded: {exc}") from exc
+        if recipe.model.get("require_tag_tokens", True):
+            check_tokenizer_for_template(tokenizer, template, where=f"the tokenizer of {src}")
+    else:
+        size = SmallLMConfig.from_dict(recipe.model)
+        if not (resume and (base / "config.json").exists()):
+            echo(f"training a {recipe.tokenizer.vocab_size}-token BPE on the env's text and building a {size.arch} model")
+            tokenizer = train_tokenizer(_tokenizer_texts(records, recipe.tokenizer.extra_text),
+                                        vocab_size=recipe.tokenizer.vocab_size, tags=template_tags(template))
+            model = build_model(tokenizer, size)
+            save_model_atomic(base, lambda d: (tokenizer.save_pretrained(d), model.save_pretrained(d)))
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        check_tokenizer_for_template(tokenizer, template, where=f"the tokenizer in {base}")
+    n_params = sum(p.numel() for p in model.parameters())
+    export = recipe.export_dir
+    policy = LLMPolicy(model, tokenizer, _policy_config(recipe, str(export), records))
+    examples = build_examples(records, policy)
+    n_tokens = sum(len(e["input_ids"]) for e in examples)
+    n_loss = sum(sum(e["completion_mask"]) for e in examples)
+    echo(f"{len(records)} demonstrations -> {len(examples)} sequences, {n_tokens} tokens ({n_loss} with loss); model {n_params / 1e6:.2f}M parameters")
+    t = _stage(times, "base_s", t)
+
+    # 3. SFT with TRL
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    trainer_dir = out / "trainer"
+    resume_from = None
+    if resume:
+        done = complete_checkpoints(trainer_dir)
+        if done:
+            resume_from = str(done[-1])
+            echo(f"resuming from {resume_from}")
+    elif trainer_dir.exists():
+        shutil.rmtree(trainer_dir)
+    if trainer_dir.exists():  # checkpoints cut short (no marker) are never resumed from, nor kept
+        for p in trainer_dir.iterdir():
+            if p.is_dir() and p.name.startswith("checkpoint-") and not (p / _MARKER).exists():
+                shutil.rmtree(p, ignore_errors=True)
+    s = recipe.sft
+    args = SFTConfig(
+        output_dir=str(trainer_dir),
+        learning_rate=s.lr,
+        per_device_train_batch_size=s.batch_size,
+        num_train_epochs=s.epochs,
+        max_steps=s.max_steps,
+        warmup_steps=s.warmup_steps,
+        lr_scheduler_type=s.scheduler,
+        weight_decay=s.weight_decay,
+        max_grad_norm=s.max_grad_norm,
+        seed=s.seed,
+        data_seed=s.seed,
+        save_strategy="steps",
+        save_steps=s.save_steps,
+        save_total_limit=s.keep_last,
+        logging_steps=s.logging_steps,
+        report_to="none",
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_pin_memory=False,
+        disable_tqdm=not progress,
+        train_sampling_strategy="group_by_length" if s.group_by_length else "random",
+        max_length=s.max_length,
+        completion_only_loss=True,
+        dataset_num_proc=None,
+        bf16=False,  # SFTConfig defaults to bf16, which runs ~4x slower on CPUs without bf16 matmul units
+    )
+    trainer_cls = SFTTrainer if s.fused_lm_head else _completion_logits_trainer()
+    trainer = trainer_cls(model=model, args=args, train_dataset=Dataset.from_list(examples),
+                         processing_class=tokenizer, callbacks=[_marker_callback()])
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    t = _stage(times, "train_s", t)
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+
+    # 4. export
+    model = trainer.model
+    policy.model = model
+    meta = {
+        "recipe": recipe.to_dict(),
+        "demos": {"path": str(demos_path), "sha256": demos_digest(demos_path), "episodes": len(records)},
+        "examples": len(examples), "tokens": n_tokens, "loss_tokens": n_loss, "parameters": n_params,
+        "steps": int(trainer.state.global_step), "epochs": float(trainer.state.epoch or 0.0),
+        "train_loss": float(result.training_loss), "final_loss": losses[-1] if losses else None,
+        "loss_curve": losses, "template": template.name, "template_tags": list(template_tags(template)),
+    }
+
+    def write(d: Path) -> None:
+        policy.save_pretrained(d)
+        (d / META_FILE).write_text(json.dumps({**meta, "times": times}, indent=1, sort_keys=True))
+
+    save_model_atomic(export, write)
+    t = _stage(times, "export_s", t)
+    echo(f"SFT checkpoint: {export} ({meta['steps']} steps, {meta['epochs']:.2f} epochs, loss {meta['final_loss']})")
+
+    # 5. evaluation
+    if recipe.eval.n > 0:
+        ev = evaluate_checkpoint(export, recipe.env.id, recipe.env.eval_kwargs or recipe.env.kwargs,
+                                 n=recipe.eval.n, batch_size=recipe.eval.batch_size, seed=recipe.eval.seed)
+        meta["eval"] = ev
+        t = _stage(times, "eval_s", t)
+        echo(f"greedy eval on {ev['n']} tasks of split {ev.get('split')}: score {ev['score']:.3f}, success {ev['success']:.3f}, well-formed turns {ev['format_ok']:.3f}")
+    meta["times"] = times
+    from stratagym.training.checkpoint import atomic_write_text
+
+    atomic_write_text(export / META_FILE, json.dumps(meta, indent=1, sort_keys=True))
+    atomic_write_text(out / "sft_summary.json", json.dumps({k: v for k, v in meta.items() if k != "loss_curve"}, indent=1, sort_keys=True))
+    return meta
+
+
+def evaluate_checkpoint(path: str | Path, env_id: str, env_kwargs: dict[str, Any], *, n: int = 200,
+                        batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
+    """Greedy play of the checkpoint on the first ``n`` tasks of ``env_kwargs``' split.
+
+    Returns mean ``score`` (EM for SearchQA), ``success``, the fraction of well-formed turns and the
+    per-task scores (in task order, so two checkpoints can be compared pair by pair).
+    """
+    import gymnasium as gym
+
+    import stratagym  # noqa: F401
+    from stratagym.agents.llm import LLMPolicy
+    from stratagym.training.rollout import play
+
+    policy = LLMPolicy.from_pretrained(str(path))
+    policy.eval()
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        ids = [str(t) for t in env.unwrapped.task_ids()][:n]
+    finally:
+        env.close()
+    trajs = play(policy, [(t, seed) for t in ids], env_id=env_id, env_kwargs=env_kwargs, batch_size=batch_size, greedy=True)
+    scores = [float(tr.score) for tr in trajs]
+    steps = [s for tr in trajs for s in tr.steps]
+    return {
+        "n": len(trajs), "split": env_kwargs.get("split"), "score": sum(scores) / max(1, len(scores)),
+        "success": sum(tr.won for tr in trajs) / max(1, len(trajs)),
+        "format_ok": sum(s.format_ok for s in steps) / max(1, len(steps)),
+        "task_ids": [tr.task_id for tr in trajs], "scores": scores,
+    }

@@ -1,0 +1,99 @@
+"""``stratagym demos collect`` and ``stratagym sft``: expert demonstrations and the SFT warm start (a CLI plug-in).
+
+Heavy imports stay inside the commands so ``stratagym --help`` stays fast. User errors (bad recipe,
+corrupt demonstrations, a split with evaluation tasks) print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+
+def _error(exc: Exception) -> "typer.Exit":
+    """One plain line on stderr (typer.echo interprets no markup, so user text shows as is), exit code 2."""
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(2)
+
+
+def _parse_kv(items: List[str], what: str) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for text in items:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{what} {text!r} must look like key=value")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise typer.BadParameter(f"{what} {text!r}: the value is not valid YAML ({exc})") from None
+    return out
+
+
+def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
+    demos_app = typer.Typer(no_args_is_help=True, help="Expert demonstrations (SFT datasets) from scripted agents.")
+    app.add_typer(demos_app, name="demos")
+    groups["demos"] = demos_app
+
+    @demos_app.command("collect")
+    def collect(
+        env: str = typer.Option(..., "--env", "-e", help="Env id, e.g. stratagym/SearchQA-v0."),
+        agent: str = typer.Option("scripted:oracle", "--agent", "-a", help="scripted:<name> (the env's expert)."),
+        split: str = typer.Option("train", help="A train split (evaluation splits are refused)."),
+        n: Optional[int] = typer.Option(None, "--n", "-n", help="First n tasks of the split (default all)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl (written atomically)."),
+        env_arg: List[str] = typer.Option([], "--env-arg", "-E", help="Env constructor argument key=value (YAML value; repeatable)."),
+        template: Optional[str] = typer.Option(None, help="Prompt template (default: the env family's, as LLMPolicy picks)."),
+        memory_k: int = typer.Option(2, "--memory-k", help="Earlier turns kept in each prompt: the policy's policy.memory_k."),
+        seed: int = typer.Option(0, help="Reset seed of every episode."),
+        keep_lost: bool = typer.Option(False, "--keep-lost", help="Also keep episodes the expert lost."),
+    ) -> None:
+        """Play a scripted expert on a train split and write one chat-format record per episode.
+
+        The prompts are built by the same templates and memory rule as the LLM policy in RL, so the
+        demonstrations are the text the model later sees. TRL's SFTTrainer and `datasets` read the
+        `messages` field directly; `stratagym sft` trains on the per-turn `turns` field.
+        """
+        import os
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from stratagym.errors import ConfigError
+        from stratagym.training.demos import collect_demos, write_demos
+
+        try:
+            kwargs = _parse_kv(env_arg, "--env-arg")
+            kwargs.pop("split", None)
+            records = collect_demos(env, agent, split=split, n=n, env_kwargs=kwargs, template=template,
+                                    memory_k=memory_k, seed=seed, only_won=not keep_lost, progress=True)
+            write_demos(records, out)
+        except ConfigError as exc:
+            raise _error(exc)
+        turns = sum(len(r["turns"]) for r in records)
+        typer.echo(f"{len(records)} demonstrations ({turns} turns) -> {out}")
+
+    @app.command("sft")
+    def sft(
+        config: Path = typer.Option(..., "--config", "-c", help="SFT recipe YAML (see recipes/cpu/sft-*.yaml)."),
+        resume: bool = typer.Option(False, "--resume", help="Reuse the demonstrations and base model of output_dir and continue from its newest complete checkpoint."),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a recipe value: section.key=value (repeatable)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    ) -> None:
+        """Behaviour cloning of a scripted expert with TRL's SFTTrainer; writes a checkpoint that
+        `stratagym train` (policy.model: <folder>) and `stratagym eval <folder>` load unchanged."""
+        import os
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from stratagym.errors import ConfigError
+        from stratagym.training.sft import load_sft_recipe, run_sft
+
+        try:
+            overrides = _parse_kv(list(set_ or []), "--set")
+            recipe = load_sft_recipe(config, overrides)
+            meta = run_sft(recipe, resume=resume, progress=not quiet, echo=typer.echo)
+        except ConfigError as exc:
+            raise _error(exc)
+        times = ", ".join(f"{k[:-2]} {v:.0f}s" for k, v in meta.get("times", {}).items())
+        typer.echo(f"done: {recipe.export_dir} ({times})")
