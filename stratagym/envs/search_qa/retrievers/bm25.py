@@ -3,10 +3,16 @@
 k1 = 0.9, b = 0.4 are Pyserini's defaults, so both BM25 backends rank alike. The index (sparse score
 matrix + vocabulary) is saved with ``allow_pickle=False``; passages come from the corpus file the
 manifest names.
+
+Queries are tokenised by :class:`QueryTokenizer`, which gives the token ids ``bm25s.tokenize`` +
+``BM25.get_tokens_ids`` give (same pattern, lower-casing, stopwords, stemmer) without their per-call
+costs: ``bm25s.tokenize`` builds three tqdm progress bars (even disabled) and a stopword set per text,
+and stems through a vocabulary it rebuilds per call -- most of a query's time on a small corpus.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,7 +21,10 @@ import numpy as np
 from stratagym.envs.search_qa.data import Corpus
 from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
 
-__all__ = ["BM25sRetriever"]
+__all__ = ["BM25sRetriever", "QueryTokenizer"]
+
+# bm25s.tokenize's default token pattern (scikit-learn's CountVectorizer pattern).
+_TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")
 
 
 def _stemmer(language: str | None):
@@ -57,6 +66,42 @@ def top_k_positive(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
     return [(int(i), float(scores[i])) for i in nz[order]]
 
 
+class QueryTokenizer:
+    """Query text -> the index's token ids, exactly as ``bm25s.tokenize(..., stopwords="en",
+    stemmer=stemmer, return_ids=False)`` followed by ``model.get_tokens_ids`` (duplicates kept, unknown
+    words dropped), with each word's id remembered (up to ``cache_size`` distinct words).
+
+    Why remember per word: queries of one benchmark share most of their words, and a word's id
+    depends only on the word (lower-cased token -> stopword? -> stem -> vocabulary).
+    """
+
+    def __init__(self, vocab: dict[str, int], stemmer: Any = None, stopwords: str = "en", cache_size: int = 200_000):
+        from bm25s.tokenization import _infer_stopwords  # the list bm25s.tokenize itself uses
+
+        self._vocab = vocab
+        self._stem = stemmer.stemWord if stemmer is not None else None
+        self._stopwords = frozenset(_infer_stopwords(stopwords))
+        self._ids: dict[str, int] = {}
+        self._cache_size = int(cache_size)
+
+    def ids(self, text: str) -> list[int]:
+        """Vocabulary ids of the query's tokens, in order (-1 never appears: unknown words are dropped)."""
+        out = []
+        known = self._ids
+        for word in _TOKEN_PATTERN.findall(text.lower()):
+            i = known.get(word)
+            if i is None:
+                if word in self._stopwords:
+                    i = -1
+                else:
+                    i = self._vocab.get(self._stem(word) if self._stem is not None else word, -1)
+                if len(known) < self._cache_size:
+                    known[word] = i
+            if i >= 0:
+                out.append(i)
+        return out
+
+
 class BM25sRetriever(Retriever):
     """BM25 over an in-memory :class:`Corpus` (English stopwords, Snowball stemming when PyStemmer is there)."""
 
@@ -75,21 +120,19 @@ class BM25sRetriever(Retriever):
             tokens = bm25s.tokenize(corpus.contents, stopwords="en", stemmer=self._stemmer, show_progress=False)
             _model.index(tokens, show_progress=False)
         self._model = _model
+        self._tokenizer = QueryTokenizer(_model.vocab_dict, self._stemmer)
 
     def __len__(self) -> int:
         return len(self.corpus)
 
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
-        import bm25s
-
         if not queries:
             return []
         k = max(1, min(int(k), len(self.corpus)))
-        tokens = bm25s.tokenize(list(queries), stopwords="en", stemmer=self._stemmer, return_ids=False, show_progress=False)
         ids, contents = self.corpus.ids, self.corpus.contents
         out: list[list[Hit]] = []
-        for query_tokens in tokens:
-            token_ids = self._model.get_tokens_ids(query_tokens)
+        for query in queries:
+            token_ids = self._tokenizer.ids(query)
             if not token_ids:  # nothing in the vocabulary: no passage matches
                 out.append([])
                 continue
