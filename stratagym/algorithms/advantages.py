@@ -489,7 +489,7 @@ def whiten(x: Tensor, lengths: Optional[Tensor] = None, *, eps: float = 1e-8) ->
 
 
 def reinforce_pp(rewards: Tensor, *, lengths: Optional[Tensor] = None, eps: float = 1e-8) -> Tensor:
-    """REINFORCE++ (Hu 2025, arXiv 2501.03262, eq. 6-7; verl
+    """REINFORCE++ (arXiv 2501.03262; verl
     ``compute_reinforce_plus_plus_outcome_advantage``): the reward whitened over the whole batch,
     with no group baseline.  verl discounts token rewards with ``gamma`` before whitening; with an
     outcome reward and verl's default ``gamma=1`` every token's return is the reward, which is
@@ -518,7 +518,7 @@ def reinforce_pp_baseline(
 
 
 def remax(rewards: Tensor, baseline: Tensor) -> Tensor:
-    """ReMax (Li et al. 2024, arXiv 2310.10505, Algorithm 1; verl ``compute_remax_outcome_advantage``):
+    """ReMax (arXiv 2310.10505; verl ``compute_remax_outcome_advantage``):
     ``r - b`` where ``b`` is the reward of the GREEDY rollout of the row's task.  The collector must
     play one extra greedy episode per task and put its reward on every row of that task as
     ``AdvantageBatch.baseline``; the greedy episode itself is not trained on (as verl)."""
@@ -528,7 +528,7 @@ def remax(rewards: Tensor, baseline: Tensor) -> Tensor:
 
 
 def opo(rewards: Tensor, group: Tensor, lengths: Tensor, *, singleton: str = "zero") -> Tensor:
-    """OPO (Hao et al. 2025, arXiv 2505.23585, eq. 9; verl ``compute_opo_outcome_advantage``):
+    """OPO (arXiv 2505.23585; verl ``compute_opo_outcome_advantage``):
     ``r - b_g`` with the length-weighted group baseline ``b_g = sum_j l_j r_j / sum_j l_j`` (the
     optimal baseline for on-policy updates under a token-sum loss).  ``singleton``: ``"zero"``
     gives a group of one 0; ``"verl"`` uses verl's baseline 0 (``r``).  A group whose lengths sum
@@ -553,7 +553,7 @@ def opo(rewards: Tensor, group: Tensor, lengths: Tensor, *, singleton: str = "ze
 
 
 def gpg(rewards: Tensor, group: Tensor, *, f_norm: float = 1.0, singleton: str = "zero") -> Tensor:
-    """GPG (Chu et al. 2025, arXiv 2504.02546, eq. 8-9; verl ``compute_gpg_outcome_advantage``):
+    """GPG (arXiv 2504.02546; verl ``compute_gpg_outcome_advantage``):
     ``alpha * (r - mean_g) / f_norm`` with ``alpha = B / max(#{i: r_i != 0}, 1)`` over the whole
     batch (the paper's correction for groups without signal), and no std division.  ``singleton``:
     ``"zero"`` gives a group of one 0; ``"verl"`` uses verl's group mean 0 (``alpha * r / f_norm``)."""
@@ -573,7 +573,7 @@ def gpg(rewards: Tensor, group: Tensor, *, f_norm: float = 1.0, singleton: str =
 
 
 def grpo_passk(rewards: Tensor, group: Tensor, *, norm: bool = True, eps: float = 1e-6) -> Tensor:
-    """GRPO for pass@k (Chen et al. 2025, arXiv 2503.19595; verl
+    """GRPO for pass@k (arXiv 2503.19595; verl
     ``compute_grpo_passk_outcome_advantage``): in each group only the best row gets a non-zero
     advantage, ``r_max - r_second`` (divided by the group's Bessel std + eps when ``norm``); all
     other rows get 0.  Among rows tied at the maximum the first gets it (then ``r_max = r_second``

@@ -268,7 +268,7 @@ def vanilla_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[floa
 @register_policy_loss("gspo")
 def gspo_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
               clip_c: Optional[float] = None):
-    """GSPO (Zheng et al. 2025, arXiv 2507.18071, eq. 7-10; verl ``compute_policy_loss_gspo``,
+    """GSPO (arXiv 2507.18071; verl ``compute_policy_loss_gspo``,
     core_algos.py:1253).
 
     Sequence ratio ``s_i = exp(mean_t (logp - old))`` over the mask (the geometric mean of the token
@@ -292,7 +292,7 @@ def gspo_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] 
 
 @register_policy_loss("gpg")
 def gpg_loss(x: PGInputs):
-    """GPG (Chu et al. 2025, arXiv 2504.02546, eq. 4; verl ``compute_policy_loss_gpg``,
+    """GPG (arXiv 2504.02546; verl ``compute_policy_loss_gpg``,
     core_algos.py:1414): plain policy gradient ``-logp * A``, no ratio and no clipping."""
     neg_kl = x.logprob - x.old_logprob
     pg = x.aggregate(-x.logprob * x.advantages)
@@ -302,7 +302,7 @@ def gpg_loss(x: PGInputs):
 @register_policy_loss("cispo")
 def cispo_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
                cap: Optional[float] = None):
-    """CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4; verl ``compute_policy_loss_cispo``,
+    """CISPO (MiniMax-M1, arXiv 2506.13585; verl ``compute_policy_loss_cispo``,
     core_algos.py:1721): ``-sg(clip(r, 1 - clip_low, 1 + clip_high)) * A * logp``: the ratio is
     clipped and detached, so every token keeps a gradient through ``logp``.  ``cap`` switches to
     TRL's form (``loss_type="cispo"``): ``sg(min(r, cap))`` with ``cap`` = TRL's ``epsilon_high``,
@@ -322,7 +322,7 @@ def cispo_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float]
 
 @register_policy_loss("sapo")
 def sapo_loss(x: PGInputs, *, tau_pos: float = 1.0, tau_neg: float = 1.05):
-    """SAPO (Gao et al. 2025, arXiv 2511.20347, eq. 5-6; verl ``compute_policy_loss_sapo``,
+    """SAPO (arXiv 2511.20347; verl ``compute_policy_loss_sapo``,
     core_algos.py:1329; TRL ``sapo``): a smooth gate instead of a hard clip, per token
     ``-A * sigmoid(tau (r - 1)) * 4 / tau`` with ``tau = tau_pos`` where ``A > 0`` and ``tau_neg``
     elsewhere (verl's defaults 1.0 / 1.05).  verl forces ``seq-mean-token-mean``; here ``agg``
@@ -339,7 +339,7 @@ def sapo_loss(x: PGInputs, *, tau_pos: float = 1.0, tau_neg: float = 1.05):
 
 @register_policy_loss("geo_mean", aliases=("gmpo",))
 def geo_mean_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None):
-    """GMPO (Zhao et al. 2025, arXiv 2507.20673, eq. 5; verl ``compute_policy_loss_geo_mean``,
+    """GMPO (arXiv 2507.20673; verl ``compute_policy_loss_geo_mean``,
     core_algos.py:1635): the geometric mean of the token ratios, each token's log-ratio clipped to
     ``[-clip_low, clip_high]`` on the side that limits the update (by the sign of A), times the
     sequence's mean advantage; the loss is the plain mean over the B sequences (verl ignores the
@@ -371,7 +371,7 @@ def _generator(seed: Optional[int]) -> Optional[torch.Generator]:
 def clip_cov_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
                   clip_cov_ratio: float = 0.0002, clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0,
                   seed: Optional[int] = None):
-    """Clip-Cov (Cui et al. 2025, arXiv 2505.22617, eq. 11; verl ``compute_policy_loss_clip_cov``,
+    """Clip-Cov (arXiv 2505.22617; verl ``compute_policy_loss_clip_cov``,
     core_algos.py:1450): PPO clip, plus the gradient cut on a few tokens whose centred
     ``A * logp`` covariance lies in ``(clip_cov_lb, clip_cov_ub)`` (those driving entropy collapse).
     ``max(int(clip_cov_ratio * #tokens), 1)`` of the candidates (tokens not already clipped) are
@@ -403,7 +403,7 @@ def clip_cov_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[flo
 
 @register_policy_loss("kl_cov")
 def kl_cov_loss(x: PGInputs, *, kl_cov_ratio: float = 0.0002, ppo_kl_coef: float = 0.1):
-    """KL-Cov (Cui et al. 2025, arXiv 2505.22617, eq. 12; verl ``compute_policy_loss_kl_cov``,
+    """KL-Cov (arXiv 2505.22617; verl ``compute_policy_loss_kl_cov``,
     core_algos.py:1555): the unclipped surrogate ``-A r``, and on the top ``max(int(kl_cov_ratio *
     #tokens), 1)`` tokens by centred ``A * logp`` covariance a penalty ``ppo_kl_coef * |logp - old|``
     added (verl's config default 0.1).  Ties in the covariance go to the earlier token (a stable
@@ -440,7 +440,7 @@ def _dppo(x: PGInputs, valid: Tensor, ratio: Tensor, neg_kl: Tensor, clip_c: flo
 @register_policy_loss("dppo_tv")
 def dppo_tv_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
                  clip_c: float = 20.0):
-    """DPPO-Binary-TV (Qi et al. 2026, arXiv 2602.04879; verl ``compute_policy_loss_dppo_tv``): the
+    """DPPO-Binary-TV (arXiv 2602.04879; verl ``compute_policy_loss_dppo_tv``): the
     trust region is on the probability change, not the ratio.  Per token
     ``-A * sg(min(r, clip_c)) * logp``, kept only where ``p - p_old <= clip_high`` (``A > 0``) or
     ``p - p_old >= -clip_low`` (``A <= 0``); ``clip_low``/``clip_high`` are TV thresholds and
