@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "cache_dir"]
+__all__ = ["REPO_ROOT", "cache_dir", "slug"]
 
 #: The source checkout's root when stratagym runs from one (``<root>/stratagym/paths.py``).
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -26,3 +27,10 @@ def cache_dir(*parts: str) -> Path:
     else:
         root = Path.home() / ".cache" / "stratagym"
     return root.joinpath(*parts)
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a label or id, the one rule for every path stratagym derives from user
+    text: lower case, each run of characters other than ``a-z0-9`` becomes ``-`` (so ``/``, ``..`` and
+    spaces cannot escape or split a folder), trimmed; ``x`` if nothing is left."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"

@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import typer
 
+from stratagym.paths import slug
+
 DEFAULT_OUT_DIR = Path("runs/eval")
 
 
@@ -50,10 +52,6 @@ def parse_env_args(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "agent"
-
-
 def _seeds_tag(seeds: list[int]) -> str:
     if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
         return f"s{seeds[0]}-{seeds[-1]}"
@@ -68,7 +66,7 @@ def _seeds_tag(seeds: list[int]) -> str:
 def default_out(agent_label: str, env_id: str, split: str | None, n: int | None = None, seeds: list[int] | None = None) -> Path:
     """``runs/eval/<agent>__<env>__<split>__n<N>__s<seeds>.json``: evals that differ get different files
     (and progress files), the same eval rerun resumes its own."""
-    parts = [_slug(agent_label), _slug(env_id), _slug(split or "default"), f"n{n if n is not None else 'all'}", _seeds_tag(seeds or [0])]
+    parts = [slug(agent_label), slug(env_id), slug(split or "default"), f"n{n if n is not None else 'all'}", _seeds_tag(seeds or [0])]
     return DEFAULT_OUT_DIR / ("__".join(parts) + ".json")
 
 

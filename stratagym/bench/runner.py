@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from stratagym.paths import slug
 from stratagym.eval.suite import AlgorithmEntry, Suite, TrainSection, load_suite
 
 __all__ = ["BenchError", "BenchResult", "run_bench", "recipe_for_run"]
@@ -49,12 +50,6 @@ class BenchResult:
     seconds: float = 0.0
 
 
-def _slug(text: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).strip("-").lower() or "x"
-
-
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for k, v in over.items():
@@ -72,7 +67,7 @@ def recipe_for_run(suite: Suite, section: TrainSection, alg: AlgorithmEntry, env
     from stratagym.training.config import RecipeConfig
 
     data = _deep_merge(section.config, alg.recipe)
-    data["name"] = f"{suite.name}-{_slug(alg.label)}-{_slug(env_id.split('/')[-1])}-seed{seed}"
+    data["name"] = f"{suite.name}-{slug(alg.label)}-{slug(env_id.split('/')[-1])}-seed{seed}"
     data["env"] = {"id": env_id, "kwargs": {**dict(section.env_kwargs.get(env_id, {})), **alg.env_kwargs}}
     algo = dict(data.get("algorithm") or {})
     algo["estimator"] = alg.estimator
@@ -163,7 +158,7 @@ def run_bench(
     t_start = time.perf_counter()
     say = log or ((lambda text: console.print(text, markup=False, highlight=False)) if console is not None else print)
     suite = load_suite(suite_path)
-    root = Path(runs_dir) / _slug(suite.name)
+    root = Path(runs_dir) / slug(suite.name)
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
 
     import stratagym  # noqa: F401
@@ -199,7 +194,7 @@ def run_bench(
     records_dir = Path(board_dir) / "records"
 
     def submit(rec: dict[str, Any]) -> None:
-        path = records_dir / f"{_slug(rec['agent']['label'])}__{_slug(rec['env']['id'])}__{_slug(rec['split'])}__{rec['record_id'][:12]}.json"
+        path = records_dir / f"{slug(rec['agent']['label'])}__{slug(rec['env']['id'])}__{slug(rec['split'])}__{rec['record_id'][:12]}.json"
         if not path.exists():  # the same evaluation rerun keeps its first copy (and its time stamp)
             write_json_atomic(path, rec)
         try:
@@ -222,7 +217,7 @@ def run_bench(
             if e.env in lacking:
                 continue
             say(f"eval {agent} on {e.env} ({e.split or 'default split'})")
-            out = root / "baselines" / f"{_slug(agent)}__{_slug(e.env)}__{_slug(e.split or 'default')}.json"
+            out = root / "baselines" / f"{slug(agent)}__{slug(e.env)}__{slug(e.split or 'default')}.json"
             cfg = EvalConfig(agent=agent, env_id=e.env, split=e.split, n=e.n, seeds=suite.seeds, batch_size=suite.batch_size,
                              env_kwargs=dict(e.env_kwargs), max_steps=e.max_steps)
             try:
@@ -248,7 +243,7 @@ def run_bench(
                 recipe_dump: dict[str, Any] = {}
                 for seed in seeds:
                     done_runs += 1
-                    out_dir = root / "train" / _slug(alg.label) / _slug(env_id) / f"seed{seed}"
+                    out_dir = root / "train" / slug(alg.label) / slug(env_id) / f"seed{seed}"
                     try:
                         recipe = recipe_for_run(suite, section, alg, env_id, seed, out_dir)
                     except ValueError as exc:  # ConfigError
@@ -277,13 +272,13 @@ def run_bench(
                 }
                 for e in [x for x in good_entries if x.env == env_id]:
                     cfg = EvalConfig(
-                        agent=f"bench:{suite.name}/{_slug(alg.label)}@{digest}",
+                        agent=f"bench:{suite.name}/{slug(alg.label)}@{digest}",
                         env_id=env_id, split=e.split, n=e.n, seeds=list(seeds), batch_size=suite.batch_size,
                         env_kwargs=dict(e.env_kwargs), max_steps=e.max_steps, label=alg.label, algorithm=alg.estimator,
                         training=training,
                     )
                     say(f"eval {alg.label} ({len(seeds)} training seeds) on {env_id} ({e.split or 'default split'})")
-                    out = root / "evals" / f"{_slug(alg.label)}__{_slug(env_id)}__{_slug(e.split or 'default')}.json"
+                    out = root / "evals" / f"{slug(alg.label)}__{slug(env_id)}__{slug(e.split or 'default')}.json"
                     rec = evaluate(cfg, out=out, resume=resume, progress=progress,
                                    agent_factory=lambda s, _p=policies: _p[s])
                     records.append(rec)

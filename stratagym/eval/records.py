@@ -23,10 +23,11 @@ import json
 import math
 import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
+
+from stratagym.atomic import write_json_atomic  # re-exported: records are written with it
 
 __all__ = [
     "SCHEMA",
@@ -198,24 +199,3 @@ def load_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecordError(f"{path}: a result record must be a JSON object")
     return data
-
-
-def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 1) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically (temp file in the same folder, fsync, os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=indent, sort_keys=True, ensure_ascii=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path

@@ -15,11 +15,12 @@ import html
 import math
 import os
 import re
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from stratagym.atomic import atomic_write
+from stratagym.paths import slug
 from stratagym.eval.aggregate import higher_is_better, primary_metric
 
 __all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable"]
@@ -37,7 +38,7 @@ class BoardTable:
 
     @property
     def slug(self) -> str:
-        return re.sub(r"[^A-Za-z0-9]+", "-", f"{self.env}-{self.split}").strip("-").lower()
+        return slug(f"{self.env}-{self.split}")
 
 
 def board_tables(lb: Any) -> list[BoardTable]:
@@ -211,14 +212,6 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
     return "\n".join(parts)
 
 
-def _atomic_write(path: Path, data: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(tmp, path)
-
-
 def _literal_text() -> Any:
     """A matplotlib rc context in which text is drawn literally: labels are user text, and matplotlib
     would otherwise parse ``$...$`` in them as maths (``$\\foo$`` raises and fails the whole render)."""
@@ -344,6 +337,6 @@ def render_board(lb: Any, out_dir: str | os.PathLike[str] = "leaderboard", *, pl
             plot_paths["_training"] = [tp.relative_to(out).as_posix()]
     md = out / "LEADERBOARD.md"
     page = out / "index.html"
-    _atomic_write(md, render_markdown(tables, plots=plot_paths, title=title))
-    _atomic_write(page, render_html(tables, plots=plot_paths, title=title))
+    atomic_write(md, render_markdown(tables, plots=plot_paths, title=title))
+    atomic_write(page, render_html(tables, plots=plot_paths, title=title))
     return {"markdown": md, "html": page, **{f"plot:{k}": out / v[0] for k, v in plot_paths.items()}}

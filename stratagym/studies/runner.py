@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -23,13 +22,14 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from stratagym.errors import ConfigError
 from stratagym.studies.definitions import Method, Study
+from stratagym.paths import slug  # re-exported: study outputs are named with it
 
-__all__ = ["StudyRun", "recipe_for", "run_one", "run_study", "evaluate_policy", "slug"]
+__all__ = ["SCORER_CLASS", "StudyRun", "recipe_for", "run_one", "run_study", "evaluate_policy", "render", "rerender", "slug"]
 
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+#: The policy every study trains, as recipes name it (see :mod:`stratagym.agents.scorer`).
+SCORER_CLASS = "stratagym.agents.scorer:ScorerPolicy"
 
 
 def recipe_for(study: Study, method: Method, seed: int, output_dir: str) -> Any:
@@ -46,12 +46,12 @@ def recipe_for(study: Study, method: Method, seed: int, output_dir: str) -> Any:
 
     return RecipeConfig(
         name=f"{study.name}-{slug(method.label)}-seed{seed}",
-        policy={"class": "stratagym.studies.policy:ScorerPolicy", "hidden": study.hidden, "memory": study.memory,
+        policy={"class": SCORER_CLASS, "hidden": study.hidden, "memory": study.memory,
                 "seed": seed},
-        env=EnvConfig(id=study.env_id, kwargs={**study.env_kwargs, **method.env_kwargs}),
+        env=EnvConfig(id=study.env, kwargs={**study.env_kwargs, **method.env_kwargs}),
         rollout=RolloutConfig(group_size=study.group_size, tasks_per_step=study.tasks_per_iteration,
                               workers="inprocess", max_turns=200),
-        algorithm=AlgorithmConfig(estimator=method.estimator, estimator_kwargs=dict(method.options)),
+        algorithm=AlgorithmConfig(estimator=method.estimator, estimator_kwargs=dict(method.estimator_kwargs)),
         loss=LossConfig(clip_low=0.2, kl_coef=0.0, agg="token-mean"),
         optim=OptimConfig(lr=study.lr, micro_batch_size=100_000, max_grad_norm=1.0),
         train=TrainConfig(total_steps=study.iterations, seed=seed, output_dir=output_dir, save_every=0,
@@ -115,8 +115,8 @@ def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task:
     with tempfile.TemporaryDirectory(prefix="stratagym-study-") as tmp:
         trainer = Trainer(recipe_for(study, method, seed, tmp))
         env_kwargs = {**study.env_kwargs, **method.env_kwargs}
-        eval_collector = RolloutCollector(study.env_id, trainer.policy, group_size=1,
-                                          pool=InProcessPool(study.env_id, env_kwargs), max_turns=200)
+        eval_collector = RolloutCollector(study.env, trainer.policy, group_size=1,
+                                          pool=InProcessPool(study.env, env_kwargs), max_turns=200)
         eval_seed = 10_000 + seed  # the same evaluation episodes' randomness for every method
 
         def point(iteration: int, row: dict[str, Any] | None) -> dict[str, Any]:
@@ -179,12 +179,12 @@ def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dic
     if n_tasks is not None:
         import gymnasium as gym
 
-        env = gym.make(study.env_id, **env_kwargs)
+        env = gym.make(study.env, **env_kwargs)
         n_tasks = min(n_tasks, len(env.unwrapped.task_ids()))
         env.close()
     config = EvalConfig(
         agent=f"scorer:{study.name}/{slug(method.label)}@{digest}",
-        env_id=study.env_id,
+        env_id=study.env,
         seeds=sorted(policies),
         n=n_tasks,
         batch_size=16,
@@ -194,12 +194,12 @@ def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dic
         training={
             "study": study.name,
             "estimator": method.estimator,
-            "estimator_kwargs": dict(method.options),
+            "estimator_kwargs": dict(method.estimator_kwargs),
             "iterations": study.iterations,
             "tasks_per_iteration": study.tasks_per_iteration,
             "group_size": study.group_size,
             "lr": study.lr,
-            "policy": {"class": "stratagym.studies.policy:ScorerPolicy", "hidden": study.hidden, "memory": study.memory},
+            "policy": {"class": SCORER_CLASS, "hidden": study.hidden, "memory": study.memory},
             "curve": {str(r.seed): [[p["iteration"], p["success"]] for p in r.curve] for r in runs},
         },
     )
@@ -218,6 +218,7 @@ def metric_names(results: dict[str, Any]) -> list[str]:
 
 def render(results: dict[str, Any], out_dir: str | Path) -> None:
     """Write ``table.md`` and ``curves.png`` from a study's ``results.json`` content."""
+    from stratagym.atomic import atomic_write
     from stratagym.studies.report import markdown_table, plot_curves, summarize
 
     out = Path(out_dir)
@@ -232,10 +233,14 @@ def render(results: dict[str, Any], out_dir: str | Path) -> None:
         r["method"]: r["greedy_success"] for r in results.get("summary", []) if "greedy_success" in r
     }
     if greedy:
+        # in the study's method order: results.json stores this mapping with sorted keys
+        order = [m for m in labels if m in greedy] + [m for m in greedy if m not in labels]
         table += "\nGreedy success (eval harness: each evaluated task once per training seed; 95% CI over episodes):\n\n"
-        table += "\n".join(f"- {m}: {g['value']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}]" for m, g in greedy.items()) + "\n"
+        table += "\n".join(f"- {m}: {greedy[m]['value']:.3f} [{greedy[m]['ci_low']:.3f}, {greedy[m]['ci_high']:.3f}]"
+                            for m in order) + "\n"
     seeds = ", ".join(str(s) for s in results["seeds"])
-    (out / "table.md").write_text(
+    atomic_write(
+        out / "table.md",
         f"# {study['title']}\n\nSeeds {seeds}, all reported. Budget per run: {study['iterations']} iterations x "
         f"{study['tasks_per_iteration']} tasks x G={study['group_size']}, lr {study['lr']}.\n\n{table}\n"
         f"Total wall time: {results['seconds']:.0f} s\n"
@@ -246,12 +251,31 @@ def render(results: dict[str, Any], out_dir: str | Path) -> None:
     plot_curves(results, panels, out / "curves.png")
 
 
+def rerender(study: Study, out_dir: str | Path) -> Path:
+    """Re-write ``table.md`` and ``curves.png`` from ``out_dir/results.json`` without training.
+
+    Results written before a field existed lack it; those fields are reporting choices (``compare_to``:
+    which extra paired-difference tables to show), so the study's definition supplies them. The committed
+    ``studies/<name>/`` folders re-render to the same ``table.md``, byte for byte (a test checks it)."""
+    out = Path(out_dir)
+    path = out / "results.json"
+    if not path.is_file():
+        raise ConfigError(f"no {path}: run the study first (stratagym study {study.name})")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} cannot be read as JSON: {exc}") from None
+    results["study"].setdefault("compare_to", list(study.compare_to))
+    render(results, out)
+    return out
+
+
 def run_study(
     study: Study, out_dir: str | Path, *, seeds: Sequence[int] | None = None, board: str | None = None,
     log: Callable[[str], None] = print, records: bool = True,
 ) -> dict[str, Any]:
     """Run every arm x seed, write ``results.json``, ``table.md``, ``curves.png`` and records to ``out_dir``."""
-    from stratagym.eval.records import write_json_atomic
+    from stratagym.atomic import write_json_atomic
     from stratagym.studies.report import summarize
 
     out = Path(out_dir)

@@ -31,24 +31,14 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from stratagym.atomic import atomic_write as atomic_write_text  # the name checkpoint callers use
+from stratagym.atomic import fsync_dir
+
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints", "rng_state",
            "restore_rng_state", "atomic_write_text", "CHECKPOINT_DIR"]
 
 CHECKPOINT_DIR = "checkpoints"
 _MARKER = "COMPLETE"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _fsync_tree(path: Path) -> None:
@@ -57,23 +47,7 @@ def _fsync_tree(path: Path) -> None:
             with open(p, "rb") as fh:
                 os.fsync(fh.fileno())
     for d in sorted({p.parent for p in path.rglob("*")} | {path}):
-        _fsync_dir(d)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file + ``os.replace`` (readers never see a partial file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fsync_dir(d)
 
 
 def rng_state(np_generator: Optional[np.random.Generator] = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -167,7 +141,7 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -24,6 +24,7 @@ continues bit for bit on CPU: the metrics of a resumed run equal those of an uni
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -185,7 +186,6 @@ class Trainer:
         self.output_dir = Path(tc.output_dir)
         self._policy_spec = dict(config.policy)
         self.policy = policy if policy is not None else build_policy(self._policy_spec)
-        self._given_policy = policy is not None
         self.estimator = get_estimator(config.algorithm.estimator, **dict(config.algorithm.estimator_kwargs))
         self.reference = self.policy.frozen_copy() if config.loss.kl_coef > 0 else None
         self.rng = np.random.default_rng(tc.seed)
@@ -299,7 +299,7 @@ class Trainer:
         if hadw is not None and hadw.last_anchor is not None:
             metrics["adv/hadw_anchor"] = float(hadw.last_anchor)
         payloads = [s.payload for s in samples]
-        lc, oc = cfg.loss, cfg.optim
+        oc = cfg.optim
         n = len(payloads)
         multi_update = oc.mini_batches * oc.ppo_epochs > 1
         self.policy.train()
@@ -316,6 +316,11 @@ class Trainer:
                 mb = list(mb)
                 tokens_mb = sum(max(1, samples[i].num_tokens) for i in mb) or 1
                 chunks = [mb[i : i + mbs] for i in range(0, len(mb), mbs)]
+                # DDP padding: every rank must run the same number of backward passes, or the gradient
+                # all-reduce of the last one waits forever. A rank with fewer micro-batches than the
+                # most loaded rank (n_micro, agreed across ranks) repeats its first chunk with the loss
+                # multiplied by 0: it joins the all-reduce but adds nothing to the gradient. Gradients
+                # are synchronised only on the last backward (no_sync before it).
                 n_micro = self._n_micro_global(len(chunks))
                 for ci in range(max(n_micro, 1)):
                     real = ci < len(chunks) and len(chunks[ci]) > 0
@@ -323,9 +328,9 @@ class Trainer:
                     if chunk is None:
                         continue  # nothing at all to train on this process
                     last = ci == max(n_micro, 1) - 1
-                    ctx = self.accelerator.no_sync(self.policy.model) if (not last and self.accelerator.num_processes > 1) else _null()
+                    ctx = self.accelerator.no_sync(self.policy.model) if (not last and self.accelerator.num_processes > 1) else contextlib.nullcontext()
                     with ctx:
-                        loss, stats, share = self._micro_loss(chunk, payloads, adv, old, ref_all, tokens_mb, len(mb), samples)
+                        loss, stats, share = self._micro_loss(chunk, payloads, adv, old, ref_all, tokens_mb, len(mb))
                         if not real:
                             loss = loss * 0.0
                         self.accelerator.backward(loss * share)
@@ -358,7 +363,7 @@ class Trainer:
                     out.append(row[m.bool()].float().cpu())
         return out
 
-    def _micro_loss(self, chunk, payloads, adv, old, ref_all, tokens_mb, rows_mb, samples):
+    def _micro_loss(self, chunk, payloads, adv, old, ref_all, tokens_mb, rows_mb):
         from stratagym.agents.policy import pad_right
 
         lc = self.config.loss
@@ -379,12 +384,16 @@ class Trainer:
         ref_lp = padded(ref_all) if ref_all is not None else None
         a = adv[chunk].to(dev)
         loss, stats = policy_loss(
-            lp, old_lp, a, mask, clip_low=lc.clip_low, clip_high=lc.clip_high, clip_c=lc.clip_c,
-            ratio_level=lc.ratio_level, agg=lc.agg, loss_scale_factor=lc.loss_scale_factor,
-            ref_logprob=ref_lp, kl_coef=lc.kl_coef, kl_type=lc.kl_type,
+            lp, old_lp, a, mask, loss=lc.loss_name(), agg=lc.agg, loss_scale_factor=lc.loss_scale_factor,
+            ref_logprob=ref_lp, kl_coef=lc.kl_coef, kl_type=lc.kl_type, kl_is_correction=lc.kl_is_correction,
             entropy=res.entropy.float() if res.entropy is not None else None, entropy_coef=lc.entropy_coef,
+            **lc.loss_options(),
         )
-        if lc.agg == "token-mean":
+        if lc.loss_name() == "geo_mean":  # averages its sequences whatever the aggregation
+            share = len(chunk) / max(rows_mb, 1)
+        elif lc.agg == "token-sum":
+            share = 1.0  # micro-batch sums add up to the mini-batch's sum
+        elif lc.agg == "token-mean":
             share = float(mask.sum()) / float(tokens_mb)
         else:
             share = len(chunk) / max(rows_mb, 1)
@@ -475,9 +484,3 @@ def _adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW
     return torch.optim.AdamW(params, **kwargs)
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from stratagym.atomic import atomic_write_lines
 from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.protocol import question_from_prompt
 
@@ -141,6 +142,14 @@ def _load_qa_cached(path: str, mtime_ns: int, size: int, split: str) -> tuple[QA
 
 
 def _read_json_rows(path: Path) -> Iterator[dict]:
+    try:
+        yield from _read_json_rows_utf8(path)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason}: {exc.object[exc.start:exc.start + 1]!r}); "
+                          "re-save it as UTF-8 (e.g. iconv -t UTF-8)") from None
+
+
+def _read_json_rows_utf8(path: Path) -> Iterator[dict]:
     with path.open("r", encoding="utf-8") as fh:
         if path.suffix == ".json":
             try:
@@ -149,7 +158,11 @@ def _read_json_rows(path: Path) -> Iterator[dict]:
                 raise ConfigError(f"{path} is not valid JSON: {exc}") from None
             if not isinstance(data, list):
                 raise ConfigError(f"{path}: expected a JSON list of questions")
-            yield from data
+            for i, row in enumerate(data):
+                if not isinstance(row, dict):
+                    raise ConfigError(f"{path}: item {i} is a {type(row).__name__}; expected a JSON list of "
+                                      "objects such as {\"question\": ..., \"golden_answers\": [...]}")
+                yield row
             return
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -195,8 +208,10 @@ def _row_to_example(row: dict, index: int, split: str, path: Path) -> QAExample:
         raise ConfigError(f"{where}: missing 'question' (FlashRAG jsonl) or 'prompt' (Search-R1 parquet)")
     if isinstance(answers, str):
         answers = [answers]
-    if answers is None or not all(isinstance(a, (str, int, float)) for a in answers):
-        raise ConfigError(f"{where}: missing 'golden_answers' (a list of strings) or reward_model.ground_truth.target")
+    if not isinstance(answers, (list, tuple)) or not all(isinstance(a, (str, int, float)) for a in answers):
+        got = "missing" if answers is None else f"got {type(answers).__name__} {str(answers)[:40]!r}"
+        raise ConfigError(f"{where}: 'golden_answers' must be a list of strings ({got}), "
+                          "or give reward_model.ground_truth.target")
     answers = tuple(str(a) for a in answers)
     if not answers:
         raise ConfigError(f"{where}: empty golden_answers")
@@ -246,14 +261,7 @@ class Corpus:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the corpus as jsonl (atomically); the file's fingerprint equals this corpus's."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-        with tmp.open("wb") as fh:
-            for line in _jsonl_lines(self.ids, self.contents):
-                fh.write(line)
-        os.replace(tmp, p)
-        return p
+        return atomic_write_lines(path, _jsonl_lines(self.ids, self.contents))
 
 
 def load_corpus(path: str | os.PathLike = "bundled") -> Corpus:

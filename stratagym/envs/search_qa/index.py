@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.data import BUNDLED_CORPUS, Corpus, file_fingerprint, load_corpus
 from stratagym.envs.search_qa.retrievers.base import Retriever
@@ -118,9 +119,7 @@ def build_index(corpus: str | os.PathLike, out_dir: str | os.PathLike, backend: 
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------
