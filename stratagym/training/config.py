@@ -79,8 +79,16 @@ class AlgorithmConfig:
 
 @dataclass
 class LossConfig:
-    """Arguments of :func:`stratagym.algorithms.losses.policy_loss` (see its docstring)."""
+    """Arguments of :func:`stratagym.algorithms.losses.policy_loss` (see its docstring).
 
+    ``name``: a registered policy loss (``vanilla``, ``gspo``, ``cispo``, ``sapo``, ``geo_mean``,
+    ``gpg``, ``clip_cov``, ``kl_cov``, ``dppo_tv``, ``dppo_kl``; ``list_policy_losses()``);
+    ``options``: its own options (e.g. ``{tau_neg: 1.1}`` for ``sapo``).  ``clip_low`` /
+    ``clip_high`` / ``clip_c`` go to the losses that declare them; ``ratio_level: sequence`` is the
+    older spelling of ``name: gspo``.  The rest are shared by every loss."""
+
+    name: str = "vanilla"
+    options: dict[str, Any] = field(default_factory=dict)
     clip_low: float = 0.2
     clip_high: Optional[float] = None
     clip_c: Optional[float] = None
@@ -89,7 +97,24 @@ class LossConfig:
     loss_scale_factor: Optional[float] = None
     kl_coef: float = 0.0
     kl_type: str = "k3"
+    kl_is_correction: bool = False
     entropy_coef: float = 0.0
+
+    def loss_name(self) -> str:
+        return "gspo" if self.ratio_level == "sequence" else self.name
+
+    def loss_options(self) -> dict[str, Any]:
+        """The chosen loss's options: the clip fields it declares, then ``options``."""
+        from stratagym.algorithms.registry import get_policy_loss
+
+        declared = get_policy_loss(self.loss_name()).defaults
+        if self.clip_c is not None and "clip_c" not in declared:
+            raise ConfigError(f"loss.clip_c is not an option of loss {self.loss_name()!r}; "
+                              f"its options: {sorted(declared)}")
+        clip = {k: getattr(self, k) for k in ("clip_low", "clip_high", "clip_c") if k in declared}
+        if self.clip_c is None:
+            clip.pop("clip_c", None)  # the loss's own default (off for vanilla/gspo, 20 for DPPO's cap)
+        return {**clip, **dict(self.options)}
 
 
 @dataclass
@@ -150,7 +175,7 @@ class RecipeConfig:
     # ---- validation -------------------------------------------------------------------------------
     def validate(self) -> "RecipeConfig":
         from stratagym.algorithms.losses import AGG_MODES, KL_TYPES
-        from stratagym.algorithms.registry import get_estimator
+        from stratagym.algorithms.registry import get_estimator, get_policy_loss
 
         if not self.env.id:
             raise ConfigError("env.id is missing: name a registered env, e.g. env: {id: stratagym/SearchQA-v0}")
@@ -171,6 +196,9 @@ class RecipeConfig:
             raise ConfigError(f"loss.kl_type must be one of {sorted(KL_TYPES)}, got {self.loss.kl_type!r}")
         if self.loss.ratio_level not in ("token", "sequence"):
             raise ConfigError(f"loss.ratio_level must be token or sequence (GSPO), got {self.loss.ratio_level!r}")
+        if self.loss.ratio_level == "sequence" and self.loss.name not in ("vanilla", "gspo"):
+            raise ConfigError(f"loss.ratio_level: sequence is GSPO; it does not combine with loss.name {self.loss.name!r}")
+        get_policy_loss(self.loss.loss_name(), **self.loss.loss_options())  # ConfigError naming the valid ones
         if self.loss.clip_c is not None and self.loss.clip_c <= 1:
             raise ConfigError(f"loss.clip_c (dual clip) must be > 1, got {self.loss.clip_c}")
         if self.loss.kl_coef < 0:

@@ -41,7 +41,9 @@ def to_advantage_batch(batch: RolloutBatch, level: str) -> tuple[Any, torch.Tens
         traj = torch.tensor([t.traj for t in ok], dtype=torch.long)
         stratum = torch.tensor([t.search_count for t in ok], dtype=torch.long)
         sample_row = torch.tensor([i for i, t in enumerate(ok) for _ in t.steps], dtype=torch.long)
-        return AdvantageBatch(rewards=rewards, group=group, stratum=stratum, traj=traj), sample_row, samples
+        lengths = torch.tensor([sum(s.num_tokens for s in t.steps) for t in ok], dtype=torch.long)  # OPO, REINFORCE++
+        return (AdvantageBatch(rewards=rewards, group=group, stratum=stratum, traj=traj, lengths=lengths),
+                sample_row, samples)
     rows = [(t, s) for t in ok for s in t.steps]
     width = max((len(s.context) for _, s in rows), default=1) or 1
     context = torch.full((len(rows), width), -1, dtype=torch.long)
