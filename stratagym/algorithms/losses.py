@@ -11,7 +11,7 @@
 - Policy losses, one decorated definition each (``@register_policy_loss``, see
   :mod:`stratagym.algorithms.registry`): ``vanilla`` (PPO clip, clip-higher, dual clip, TRL's
   two-sided ``delta``), ``gspo``, ``gpg``, ``cispo``, ``sapo``, ``geo_mean`` (GMPO), ``clip_cov``,
-  ``kl_cov``, ``dppo_tv``, ``dppo_kl``.
+  ``kl_cov``, ``dppo_tv``, ``dppo_kl``, ``vespo`` (TRL).
 - :func:`policy_loss`: one call for any of them by name, with the options every loss shares
   (aggregation, per-row or per-token weights, the KL term against a reference policy, the entropy
   bonus); returns ``(loss, stats)``.
@@ -25,6 +25,7 @@ losses, added to verl after that commit, follow its ``compute_policy_loss_dppo_t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -468,6 +469,31 @@ def dppo_kl_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[floa
     return _dppo(x, valid, ratio, neg_kl, clip_c)
 
 
+@register_policy_loss("vespo")
+def vespo_loss(x: PGInputs, *, k_pos: float = 2.0, lambda_pos: float = 3.0, k_neg: float = 3.0,
+               lambda_neg: float = 2.0):
+    """VESPO (TRL ``loss_type="vespo"``, ``GRPOTrainer.get_gamma_weights``; paper arXiv 2602.10693):
+    ``-phi(w) * A * logp`` with ``w`` the SEQUENCE importance ratio ``exp(sum_t log r)`` (token
+    log-ratios clamped to [-20, 20], the sum to [ln 1e-8, 20], as TRL) and the detached Gamma weight
+    ``phi(w) = exp(lam + k ln w - lam w)`` (``phi(1) = 1``), ``k, lam`` = ``k_pos, lambda_pos`` where
+    ``A >= 0`` and ``k_neg, lambda_neg`` elsewhere (TRL's defaults 2, 3, 3, 2).  TRL's extra vLLM
+    importance-sampling factor inside ``w`` is not offered.  TRL normalises by the token count
+    (``agg="token-mean"``)."""
+    m = x.mask
+    neg_kl = x.logprob - x.old_logprob
+    with torch.no_grad():
+        d = torch.clamp(neg_kl.detach(), -20.0, 20.0)
+        log_w = torch.clamp((d * m).sum(-1, keepdim=True), math.log(1e-8), 20.0)
+        w = torch.exp(log_w)
+        nonneg = x.advantages >= 0
+        k = torch.where(nonneg, torch.full_like(x.advantages, k_pos), torch.full_like(x.advantages, k_neg))
+        lam = torch.where(nonneg, torch.full_like(x.advantages, lambda_pos),
+                          torch.full_like(x.advantages, lambda_neg)).clamp(min=1e-4)
+        phi = torch.exp(lam + k * log_w - lam * w).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    pg = x.aggregate(-phi * x.advantages * x.logprob)
+    return pg, _stats(x, pg, torch.exp(neg_kl), neg_kl, phi_mean=x.mean(phi))
+
+
 # --------------------------------------------------------------------------- the one call
 
 
@@ -497,7 +523,7 @@ def policy_loss(
 
     ``loss``: a name from :func:`~stratagym.algorithms.registry.list_policy_losses` (``vanilla``,
     ``gspo``, ``gpg``, ``cispo``, ``sapo``, ``geo_mean``, ``clip_cov``, ``kl_cov``, ``dppo_tv``,
-    ``dppo_kl``); ``**options`` are that loss's own options (e.g. ``clip_low``, ``clip_high``,
+    ``dppo_kl``, ``vespo``); ``**options`` are that loss's own options (e.g. ``clip_low``, ``clip_high``,
     ``clip_c`` for ``vanilla``), checked against its definition: an unknown one raises
     :class:`~stratagym.algorithms.registry.UnknownOptionError` naming the valid ones.
     ``ratio_level="sequence"`` is the older spelling of ``loss="gspo"``.

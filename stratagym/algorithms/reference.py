@@ -424,6 +424,20 @@ def policy_loss_ref(lp, old, adv, mask, *, loss="vanilla", agg="token-mean", wei
             s = sum(_f(lp[i, t]) - _f(old[i, t]) for t in range(T) if mk[i][t] > 0)
             seq_log.append(s / c if c > 0 else 0.0)
 
+    if loss == "vespo":
+        phi_rows = []
+        for i in range(B):
+            s_ = sum(min(max(_f(lp[i, t]) - _f(old[i, t]), -20.0), 20.0) * mk[i][t] for t in range(T))
+            log_w = min(max(s_, math.log(1e-8)), 20.0)
+            row = []
+            for t in range(T):
+                a = _f(adv[i, t])
+                k, lam = (opt.get("k_pos", 2.0), opt.get("lambda_pos", 3.0)) if a >= 0 else \
+                    (opt.get("k_neg", 3.0), opt.get("lambda_neg", 2.0))
+                lam = max(lam, 1e-4)
+                row.append(math.exp(lam + k * log_w - lam * math.exp(log_w)))
+            phi_rows.append(row)
+
     sel = set()
     if loss in ("clip_cov", "kl_cov"):
         cells = [(i, t) for i in range(B) for t in range(T) if mk[i][t] > 0]
@@ -494,6 +508,8 @@ def policy_loss_ref(lp, old, adv, mask, *, loss="vanilla", agg="token-mean", wei
                 v = -a * torch.exp(d)
                 if (i, t) in sel:
                     v = v + opt.get("ppo_kl_coef", 0.1) * _abs(d)
+            elif loss == "vespo":
+                v = -phi_rows[i][t] * a * x
             elif loss in ("dppo_tv", "dppo_kl"):
                 r = math.exp(min(max(_f(d), -20.0), 20.0))
                 c = opt.get("clip_c", 20.0)

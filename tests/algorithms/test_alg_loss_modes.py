@@ -103,6 +103,20 @@ def test_dppo_masks_tokens_outside_the_divergence_region(name):
     assert grad == pytest.approx([0.0, -0.5]) and st["clip_frac"] == 0.5
 
 
+def test_vespo_gamma_weight():
+    """TRL grpo_trainer.py (get_gamma_weights): phi(w) = exp(lam + k ln w - lam w), w the sequence ratio
+    exp(sum of token log-ratios), phi detached; loss -phi A logp.  w = 1 gives phi = 1; token ratios [2, 1]
+    give w = 2 and, for A > 0 (k 2, lam 3), phi = 4 e^-3."""
+    loss, grad, _ = run([[0.5, 0.5]], [[0.5, 0.5]], [1.0], loss="vespo")
+    assert loss == pytest.approx(math.log(2)) and grad == pytest.approx([-0.5, -0.5])
+    loss, grad, _ = run([[0.5, 0.5]], [[0.25, 0.5]], [1.0], loss="vespo")
+    phi = 4 * math.exp(-3)
+    assert loss == pytest.approx(phi * math.log(2)) and grad == pytest.approx([-phi / 2, -phi / 2])
+    # A < 0 uses k_neg 3, lambda_neg 2: phi = exp(2 + 3 ln 2 - 4) = 8 e^-2
+    loss, _, _ = run([[0.5, 0.5]], [[0.25, 0.5]], [-1.0], loss="vespo")
+    assert loss == pytest.approx(-8 * math.exp(-2) * math.log(2))
+
+
 def test_vanilla_trl_two_sided_delta():
     """TRL grpo_trainer.py (``delta``): the unclipped branch's ratio is capped at delta.  r=3, A=-1:
     max(min(3, 2), clip(3)) = 2; without delta 3."""
@@ -156,7 +170,7 @@ def test_trl_bias_corrected_kl():
 
 def test_registry_names_and_errors():
     assert set(list_policy_losses()) >= {"vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov",
-                                         "kl_cov", "dppo_tv", "dppo_kl"}
+                                         "kl_cov", "dppo_tv", "dppo_kl", "vespo"}
     assert get_policy_loss("ppo").name == "vanilla" and get_policy_loss("GMPO").name == "geo_mean"
     with pytest.raises(ConfigError, match="unknown policy loss 'nope'; registered: \\[.*'cispo'"):
         get_policy_loss("nope")
@@ -176,7 +190,8 @@ LOSS_CASES = [
     ("vanilla", {}), ("vanilla", {"clip_high": 0.28, "clip_c": 3.0}), ("vanilla", {"delta": 1.5}),
     ("gspo", {}), ("gpg", {}), ("cispo", {}), ("cispo", {"cap": 1.5}), ("sapo", {}),
     ("geo_mean", {"clip_low": 0.25, "clip_high": 0.5}), ("clip_cov", {"clip_cov_ratio": 0.3, "seed": 3}),
-    ("kl_cov", {"kl_cov_ratio": 0.3}), ("dppo_tv", {}), ("dppo_kl", {"clip_c": 2.0}),
+    ("kl_cov", {"kl_cov_ratio": 0.3}), ("dppo_tv", {}), ("dppo_kl", {"clip_c": 2.0}), ("vespo", {}),
+    ("vespo", {"k_pos": 1.0, "lambda_neg": 0.5}),
 ]
 
 
