@@ -1,6 +1,6 @@
 """Steps per second of the synthetic envs under a uniform random policy over admissible actions.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/studies/bench_synthetic_envs.py``. Prints one line per env.
+Run: ``OMP_NUM_THREADS=1 python benchmarks/synthetic_envs.py``. Prints one line per env.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ It implements :class:`stratagym.agents.policy.Policy`, so it trains through the 
 advantage estimators and policy losses as the LLM path; only the model differs. For each live
 episode it scores every admissible action ``c`` given the context ``x`` (current observation plus the
 last ``memory`` turns of observations and actions, as hashed bag-of-words features, see
-:mod:`stratagym.studies.features`):
+the :class:`Featurizer` below):
 
     score(x, c) = w . tanh(E_x(x) + E_c(c) + b)
 
@@ -12,6 +12,15 @@ last ``memory`` turns of observations and actions, as hashed bag-of-words featur
 MLP over the concatenated sparse features: it can learn interactions (this task's code; this cue means
 that door). ``w`` starts at zero, so every run starts from the uniform policy over admissible actions.
 A sample's "sequence" is one token (``T = 1``): its log-prob is ``log softmax(scores)[chosen]``.
+
+Features are hashed (CRC32, stable across processes, unlike ``hash()``) unigrams and bigrams: the envs
+are open-vocabulary text, and a fixed number of buckets keeps the model small with no vocabulary pass.
+A saved policy therefore scores the same text the same way after reloading. Every text's feature ids
+are cached: the synthetic envs repeat a few hundred distinct strings millions of times.
+
+It is a general policy for any env that lists admissible actions (the synthetic envs, ALFWorld,
+WebShop): the controlled studies and the quick bench suite (``make demo``) train it. Recipes name it
+``policy: {class: stratagym.agents.scorer:ScorerPolicy, hidden: 64, memory: 4}``.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ import json
 import os
 import re
 import tempfile
+import zlib
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -29,11 +40,12 @@ import torch
 from torch import nn
 
 from stratagym.agents.policy import Generation, GenerationRequest, SequenceLogProbs, unwrap_model
-from stratagym.studies.features import Featurizer
 
-__all__ = ["ScorerConfig", "ScorerNet", "ScorerPolicy", "ScorerPayload"]
+__all__ = ["Featurizer", "ScorerConfig", "ScorerNet", "ScorerPolicy", "ScorerPayload", "fill_placeholders"]
 
 CONFIG_NAME = "scorer_config.json"
+WEIGHTS_NAME = "model.safetensors"
+_TOKEN = re.compile(r"[a-z0-9]+")
 _PLACEHOLDER = re.compile(r"<[^<>]{1,40}>")
 _INSTRUCTION = re.compile(r"instruction:\s*(?:\[sep\]\s*)?(.+?)\s*(?:\[sep\]|$)", re.IGNORECASE | re.DOTALL)
 
@@ -47,7 +59,64 @@ def fill_placeholders(action: str, task_text: str) -> str:
     m = _INSTRUCTION.search(task_text)
     query = " ".join((m.group(1) if m else task_text).split())[:200]
     return _PLACEHOLDER.sub(lambda _: query, action)
-WEIGHTS_NAME = "model.safetensors"
+
+
+@lru_cache(maxsize=1 << 16)
+def tokens(text: str) -> tuple[str, ...]:
+    """Lower-case alphanumeric tokens of ``text``."""
+    return tuple(_TOKEN.findall(text.lower()))
+
+
+def _bucket(feature: str, buckets: int) -> int:
+    return zlib.crc32(feature.encode("utf-8")) % buckets
+
+
+class Featurizer:
+    """Maps texts to arrays of hashed feature ids (unigrams and bigrams, with a role prefix).
+
+    Roles: ``o`` current observation, ``h`` a history turn's observation, ``a`` a history turn's
+    action, ``c`` the candidate action, ``m`` a candidate token that also occurs in the current
+    observation (the "does this action mention what I see" signal every text game needs).
+    """
+
+    def __init__(self, buckets: int = 1 << 13):
+        self.buckets = int(buckets)
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def text(self, role: str, text: str) -> np.ndarray:
+        key = (role, text)
+        out = self._cache.get(key)
+        if out is None:
+            toks = tokens(text)
+            feats = [f"{role}:{t}" for t in toks] + [f"{role}:{a}_{b}" for a, b in zip(toks, toks[1:])]
+            feats.append(f"{role}:<bias>")
+            out = np.fromiter((_bucket(f, self.buckets) for f in feats), dtype=np.int64, count=len(feats))
+            if len(self._cache) > 200_000:
+                self._cache.clear()
+            self._cache[key] = out
+        return out
+
+    def overlap(self, candidate: str, observation: str) -> np.ndarray:
+        key = ("m", candidate + "\x00" + observation)
+        out = self._cache.get(key)
+        if out is None:
+            seen = set(tokens(observation))
+            shared = [t for t in tokens(candidate) if t in seen]
+            feats = [f"m:{t}" for t in shared] + ["m:<any>"] * len(shared)
+            out = np.fromiter((_bucket(f, self.buckets) for f in feats), dtype=np.int64, count=len(feats))
+            self._cache[key] = out
+        return out
+
+    def context(self, observation: str, history: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Features of the current observation plus the given (observation, action) history turns."""
+        parts = [self.text("o", observation)]
+        for obs, act in history:
+            parts.append(self.text("h", obs))
+            parts.append(self.text("a", act))
+        return np.concatenate(parts)
+
+    def candidate(self, candidate: str, observation: str) -> np.ndarray:
+        return np.concatenate([self.text("c", candidate), self.overlap(candidate, observation)])
 
 
 @dataclass
@@ -128,7 +197,7 @@ class ScorerPolicy:
 
     @classmethod
     def from_config(cls, options: dict[str, Any]) -> "ScorerPolicy":
-        """Build from a recipe's ``policy:`` mapping (``class: stratagym.studies.policy:ScorerPolicy``
+        """Build from a recipe's ``policy:`` mapping (``class: stratagym.agents.scorer:ScorerPolicy``
         plus ``seed``, ``sample_seed`` and any :class:`ScorerConfig` field)."""
         options = dict(options)
         seed = int(options.pop("seed", 0))

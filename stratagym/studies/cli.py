@@ -1,4 +1,9 @@
-"""``stratagym study``: run the controlled algorithm studies (see docs/studies.md)."""
+"""``stratagym study``: run the controlled algorithm studies (see docs/studies.md).
+
+A study is a YAML file in ``suites/studies/`` (see :mod:`stratagym.studies.definitions`); its outputs go
+to ``studies/<name>/``. A bad file, an unknown study or an env that cannot be built here is a user
+error: one message on stderr, exit code 2, no traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,50 @@ from typing import Any, Optional
 import typer
 
 
+def _fail(message: str) -> None:
+    typer.echo(message, err=True)
+    raise typer.Exit(2)
+
+
+def _env_problem(study: Any) -> str | None:
+    """Why ``study``'s env cannot be trained here (not registered, missing extras or data), or None."""
+    import stratagym
+    from stratagym.errors import ConfigError
+
+    spec = next((s for s in stratagym.list_envs() if s.id == study.env), None)
+    if spec is None:
+        return "is not a registered env (see `stratagym envs list`)"
+    if not study.requires_env:
+        return None
+    if not spec.available:
+        return spec.availability()
+    import gymnasium as gym
+
+    try:
+        gym.make(study.env, **study.env_kwargs).close()
+    except (ConfigError, ImportError) as exc:
+        return f"cannot be built here: {exc}"
+    return None
+
+
 def register(app: typer.Typer, groups: dict[str, Any]) -> None:
     def study_list() -> None:
-        from stratagym.studies.definitions import STUDIES
+        from stratagym.errors import ConfigError
+        from stratagym.studies.definitions import STUDY_DIR, load_studies
 
-        for s in STUDIES.values():
+        try:
+            studies = load_studies()
+        except ConfigError as exc:
+            _fail(str(exc))
+        if not studies:
+            _fail(f"no study files in {STUDY_DIR}")
+        for s in studies.values():
             budget = f"{s.iterations} iterations x {s.tasks_per_iteration} tasks x G={s.group_size}"
-            typer.echo(f"{s.name:18s} {s.env_id:28s} {', '.join(m.label for m in s.methods)}  [{budget}, {s.n_seeds} seeds]")
+            typer.echo(f"{s.name:18s} {s.env:28s} {', '.join(m.label for m in s.methods)}  [{budget}, {s.n_seeds} seeds]")
 
     @app.command("study")
     def study_run(
-        name: str = typer.Argument(..., help="Study name, or 'list' to list the studies."),
+        name: str = typer.Argument(..., help="Study name (suites/studies/NAME.yaml), a study YAML path, or 'list'."),
         out: Optional[str] = typer.Option(None, "--out", help="Output folder (default studies/<name>)."),
         seeds: int = typer.Option(0, "--seeds", help="Number of seeds 0..n-1 (default: the study's, 5)."),
         iterations: int = typer.Option(0, "--iterations", help="Override the training iterations (same for every method)."),
@@ -25,57 +63,42 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         no_records: bool = typer.Option(False, "--no-records", help="Skip the leaderboard records."),
         report_only: bool = typer.Option(False, "--report-only", help="Re-render table.md and curves.png from results.json."),
     ) -> None:
-        """Run controlled study NAME (search-strata, difficulty, context, alfworld-context, search-strata-bias,
-        context-valued, difficulty-shared; 'list' lists them):
-        every method x seed, then results.json, table.md, curves.png and leaderboard records."""
+        """Run controlled study NAME (a file of suites/studies/, or a path to one; 'list' lists them):
+        every method x seed, then results.json, table.md, curves.png and leaderboard records in
+        studies/NAME/."""
         import os
 
         if name == "list":
             study_list()
             return
+        if seeds < 0 or iterations < 0:
+            _fail("--seeds and --iterations must be >= 0 (0: the study's own)")
 
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        from stratagym.studies.definitions import get_study
-        from stratagym.studies.runner import run_study
+        from stratagym.errors import ConfigError
+        from stratagym.studies.definitions import get_study, results_dir
 
         try:
             study = get_study(name)
-        except KeyError as exc:
-            raise typer.BadParameter(str(exc.args[0])) from None
-        out = out or os.path.join("studies", name)
+        except ConfigError as exc:
+            _fail(str(exc))
+        out_dir = out or str(results_dir(study))
         if report_only:
-            import json
+            from stratagym.studies.runner import rerender
 
-            from stratagym.studies.runner import render
-
-            path = os.path.join(out, "results.json")
-            if not os.path.exists(path):
-                typer.echo(f"no {path}: run the study first", err=True)
-                raise typer.Exit(2)
-            with open(path) as fh:
-                results = json.load(fh)
-            results["study"].setdefault("compare_to", list(study.compare_to))
-            render(results, out)
-            typer.echo(f"rendered {out}/table.md and curves.png")
+            try:
+                rerender(study, out_dir)
+            except ConfigError as exc:
+                _fail(str(exc))
+            typer.echo(f"rendered {out_dir}/table.md and curves.png")
             return
         study = study.with_overrides(n_seeds=seeds or None, iterations=iterations or None)
-        if study.requires_env:
-            import gymnasium as gym
+        why = _env_problem(study)
+        if why is not None:
+            _fail(f"study {study.name}: env {study.env} {why}; nothing to run")
+        from stratagym.studies.runner import run_study
 
-            import stratagym
-
-            from stratagym.errors import ConfigError
-
-            spec = next((s for s in stratagym.list_envs() if s.id == study.env_id), None)
-            why = None
-            if spec is None or not spec.available:
-                why = "is not registered" if spec is None else spec.availability()
-            else:
-                try:
-                    gym.make(study.env_id, **study.env_kwargs).close()
-                except (ConfigError, ImportError) as exc:
-                    why = f"cannot be built here: {exc}"
-            if why is not None:
-                typer.echo(f"study {name}: env {study.env_id} {why}; nothing to run", err=True)
-                raise typer.Exit(2)
-        run_study(study, out, board=board, records=not no_records, log=typer.echo)
+        try:
+            run_study(study, out_dir, board=board, records=not no_records, log=typer.echo)
+        except ConfigError as exc:
+            _fail(f"study {study.name}: {exc}")

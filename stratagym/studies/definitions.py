@@ -1,38 +1,90 @@
-"""The studies: which env, which methods, one shared budget and hyper-parameters per comparison.
+"""Study definitions: one YAML file per study in ``suites/studies/``, beside the bench suites.
 
-Each study compares advantage estimators on an env built to show the effect the estimator's paper
-claims (see ``docs/envs/synthetic.md``). Every method in a study gets the *same* training budget
-(iterations x tasks x group size), learning rate, policy size, loss and evaluation; only the
-estimator differs. Seeds are ``0 .. n_seeds-1``, all reported, never selected.
+A study compares advantage estimators on an env built to show the effect the estimator's paper claims
+(see ``docs/envs/synthetic.md``). Every method in a study gets the *same* training budget (iterations x
+tasks x group size), learning rate, policy size, loss and evaluation; only the estimator differs (and,
+for HGPO, the env's ``context_k``). Seeds are ``0 .. n_seeds-1``, all reported, never selected.
+
+A study file (``suites/studies/context.yaml`` is a full one)::
+
+    name: context                        # optional; the file name without .yaml, which it must match
+    title: GRPO vs GiGPO on CueCorridor
+    claim: what the paper says and why this env tests it
+    prediction: ""                       # optional: written down before the first run
+    env: stratagym/CueCorridor-v0
+    env_kwargs: {}                       # optional, for gymnasium.make (every method)
+    methods:                             # the bench suites' algorithm entries, without 'recipe'
+      - {label: GRPO, estimator: grpo}
+      - {label: HGPO K=2, estimator: hgpo, estimator_kwargs: {gamma: 0.95}, env_kwargs: {context_k: 2}}
+    n_seeds: 5
+    iterations: 60                       # training iterations (one rollout + one update each)
+    tasks_per_iteration: 8
+    group_size: 8
+    lr: 0.02
+    hidden: 64                           # the scorer policy's size and memory (turns it sees)
+    memory: 4
+    eval_every: 5                        # the learning curve's schedule
+    eval_episodes_per_task: 4
+    final_episodes_per_task: 16          # the table's final sampled evaluation
+    eval_tasks: null                     # evaluate on the first N tasks only (null: every task)
+    track: []                            # per-episode info keys whose means the curves also show
+    split_by: null                       # info key that splits the success curve (e.g. difficulty)
+    extra_metrics: []                    # more evaluation metrics for the table (e.g. return)
+    compare_to: []                       # more methods to show paired differences against
+    requires_env: false                  # check the env builds here before training (ALFWorld)
+
+The names are the suites' names for the same ideas (``env``, ``env_kwargs``, ``label``, ``estimator``,
+``estimator_kwargs``), so a study's method reads like a suite's algorithm entry. Files are read with
+``yaml.safe_load`` and checked field by field here (estimator names and options against the registry),
+so a typo fails with a :class:`~stratagym.errors.ConfigError` that names the file, the field and the
+valid choices, before any training.
+
+Results written before the studies were YAML name ``env`` ``env_id`` and ``estimator_kwargs``
+``options`` in their ``results.json``; :func:`legacy_study_dict` maps them.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable
 
-__all__ = ["Method", "Study", "STUDIES", "get_study"]
+from stratagym.errors import ConfigError
+from stratagym.paths import REPO_ROOT
+
+__all__ = [
+    "Method", "Study", "STUDY_DIR", "RESULTS_DIR", "load_study", "load_studies", "get_study", "study_names",
+    "results_dir", "legacy_study_dict",
+]
+
+#: Where the study definitions live: ``suites/studies/<name>.yaml`` in the source checkout.
+STUDY_DIR = REPO_ROOT / "suites" / "studies"
+#: Where a study's outputs go by default: ``studies/<name>/`` (relative to the working directory, like
+#: the bench's ``leaderboard/`` and ``runs/``). The committed ``studies/`` folder holds the reported runs.
+RESULTS_DIR = Path("studies")
 
 
 @dataclass(frozen=True)
 class Method:
-    """One arm of a comparison: a label and an estimator (registry name + options)."""
+    """One arm of a comparison: a label, an estimator (registry name + options) and this arm's env
+    kwargs (HGPO's K is the env's ``context_k``: how many history levels it reports)."""
 
     label: str
     estimator: str
-    options: dict[str, Any] = field(default_factory=dict)
-    #: env kwargs of this arm (HGPO's K is the env's ``context_k``: how many history levels it reports)
+    estimator_kwargs: dict[str, Any] = field(default_factory=dict)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Study:
-    """A comparison of methods on one env under one budget (see the module docstring)."""
+    """A comparison of methods on one env under one budget (see the module docstring for each field)."""
 
     name: str
     title: str
     claim: str
-    env_id: str
+    env: str
     methods: tuple[Method, ...]
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     n_seeds: int = 5
@@ -44,169 +96,220 @@ class Study:
     memory: int = 4
     eval_every: int = 5
     eval_episodes_per_task: int = 4
-    #: episodes per task of the final sampled evaluation (the table's numbers)
     final_episodes_per_task: int = 16
-    #: evaluate on the first ``eval_tasks`` tasks only (None: every task); keeps slow envs in budget
     eval_tasks: int | None = None
-    #: per-episode info keys whose mean the curves also track (e.g. search_count)
     track: tuple[str, ...] = ()
-    #: info key that splits the success curve (e.g. difficulty -> easy / hard)
     split_by: str | None = None
     requires_env: bool = False
-    #: further methods to show paired differences against (besides the first), e.g. GiGPO for HGPO
     compare_to: tuple[str, ...] = ()
-    #: further evaluation metrics for the table and curves (e.g. "return" where rewards are not 0/1)
     extra_metrics: tuple[str, ...] = ()
-    #: the prediction written down before the study was first run (docs/studies.md has the reasoning)
     prediction: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The definition as plain data (``results.json``'s ``study``): the YAML file's fields."""
         d = asdict(self)
         d["methods"] = [asdict(m) for m in self.methods]
         return d
 
     def with_overrides(self, **kw: Any) -> "Study":
+        """A copy with the given fields replaced (``None`` values ignored): the CLI's ``--seeds`` and
+        ``--iterations``, and the tests' tiny budgets."""
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
 
-_CONTEXT_METHODS = (
-    Method("GRPO", "grpo"),
-    Method("GiGPO", "gigpo", {"gamma": 0.95}),
-    Method("HGPO K=1", "hgpo", {"gamma": 0.95}, {"context_k": 1}),
-    Method("HGPO K=2", "hgpo", {"gamma": 0.95}, {"context_k": 2}),
-    Method("HGPO K=4", "hgpo", {"gamma": 0.95}, {"context_k": 4}),
-)
+# ---- checking a file --------------------------------------------------------------------------------
 
-STUDIES: dict[str, Study] = {
-    s.name: s
-    for s in (
-        Study(
-            name="search-strata",
-            title="GRPO vs Stratified GRPO (and SAN alone) on SearchStrata",
-            claim=(
-                "GRPO's global baseline mixes search-count strata with different reward distributions "
-                "(cross-stratum bias); Stratified GRPO normalises within strata and blends with the "
-                "global advantage (alpha = 0.6)."
-            ),
-            env_id="stratagym/SearchStrata-v0",
-            methods=(
-                Method("GRPO", "grpo"),
-                Method("Stratified GRPO (alpha 0.6)", "stratified", {"alpha": 0.6}),
-                Method("SAN alone (alpha 1)", "stratified", {"alpha": 1.0}),
-            ),
-            track=("search_count", "relevant_searches"),
-        ),
-        Study(
-            name="difficulty",
-            title="GRPO vs GRPO + HA-DW on DifficultyMix",
-            claim=(
-                "Group-relative advantages are biased against hard prompts (a rare success is judged "
-                "against a mean near 0); HA-DW reweights advantages by the prompt's difficulty "
-                "relative to a running anchor, boosting hard prompts' successes. Two anchors: the paper's "
-                "Kalman-style update (lam 1.3) and the official code's window mean (lam 1.5)."
-            ),
-            env_id="stratagym/DifficultyMix-v0",
-            methods=(
-                Method("GRPO", "grpo"),
-                Method("GRPO + HA-DW", "grpo+hadw"),
-                Method("GRPO + HA-DW (window anchor)", "grpo+hadw", {"hadw_anchor": "window"}),
-            ),
-            split_by="difficulty",
-        ),
-        Study(
-            name="context",
-            title="GRPO vs GiGPO vs HGPO (K = 1, 2, 4) on CueCorridor",
-            claim=(
-                "GiGPO's step groups (same current state) mix histories whose right action differs; "
-                "HGPO groups steps by the last k+1 observations and weights longer contexts more, so it "
-                "separates them once k >= the cue distance (2 here)."
-            ),
-            env_id="stratagym/CueCorridor-v0",
-            methods=_CONTEXT_METHODS,
-            compare_to=("GiGPO",),
-        ),
-        Study(
-            name="context-valued",
-            title="GRPO vs GiGPO vs HGPO (K = 1, 2, 4) on ValueCorridor (history-dependent values)",
-            claim=(
-                "When the histories that meet at a state have different values, GiGPO's step baseline "
-                "(pooled over them) is biased: after the high-value lamp both doors look good, after the "
-                "low-value lamp both look bad. HGPO's context groups (k >= the cue distance, 2) compare "
-                "each door only with steps of the same history."
-            ),
-            env_id="stratagym/ValueCorridor-v0",
-            methods=_CONTEXT_METHODS,
-            compare_to=("GiGPO",),
-            track=("best_doors",),
-            extra_metrics=("return",),
-            prediction=(
-                "HGPO K=4 learns the best doors faster than GiGPO (higher auc); K=2 in between (its pooled "
-                "levels 0-1 still carry 5/9 of the weight); K=1 like GiGPO."
-            ),
-        ),
-        Study(
-            name="search-strata-bias",
-            title="GRPO vs Stratified GRPO (and SAN alone) on SearchArchives (forced strata, reward offset)",
-            claim=(
-                "When strata differ in reward for a reason the policy does not control (here the archive "
-                "forces the search count and pays 0.5 more whatever the answer), GRPO's global baseline "
-                "credits every 2-search trajectory and blames every 1-search one; SAN compares answers only "
-                "within their stratum. Stratified GRPO blends: alpha = 0.6."
-            ),
-            env_id="stratagym/SearchArchives-v0",
-            methods=(
-                Method("GRPO", "grpo"),
-                Method("Stratified GRPO (alpha 0.6)", "stratified", {"alpha": 0.6}),
-                Method("SAN alone (alpha 1)", "stratified", {"alpha": 1.0}),
-            ),
-            track=("relevant_searches", "search_count"),
-            extra_metrics=("return",),
-            prediction="SAN alone > Stratified (alpha 0.6) > GRPO in auc of success (right answers).",
-        ),
-        Study(
-            name="difficulty-shared",
-            title="GRPO vs GRPO + HA-DW on DifficultyShared (easy and hard tasks on shared features)",
-            claim=(
-                "With parameters shared by every prompt, easy prompts' many successes dominate the update "
-                "and here pull toward the hard prompts' decoys; HA-DW up-weights hard prompts' rare "
-                "successes (and easy prompts' failures) relative to a running difficulty anchor."
-            ),
-            env_id="stratagym/DifficultyShared-v0",
-            methods=(
-                Method("GRPO", "grpo"),
-                Method("GRPO + HA-DW", "grpo+hadw"),
-                Method("GRPO + HA-DW (window anchor)", "grpo+hadw", {"hadw_anchor": "window"}),
-            ),
-            split_by="difficulty",
-            prediction="HA-DW > GRPO on hard-task success and auc hard; easy unchanged.",
-        ),
-        Study(
-            name="alfworld-context",
-            title="GRPO vs GiGPO vs HGPO (K = 1, 2, 4) on the bundled ALFWorld",
-            claim=(
-                "As 'context', on ALFWorld's bundled offline games (pick_and_place_simple, 15 steps) through "
-                "their admissible actions. The real TextWorld engine runs ~100 steps/s here, so the default "
-                "budget is tiny: use --iterations for a real run."
-            ),
-            env_id="stratagym/ALFWorld-v0",
-            env_kwargs={"task_types": ["pick_and_place_simple"], "max_steps": 15},
-            methods=_CONTEXT_METHODS,
-            iterations=6,
-            tasks_per_iteration=4,
-            group_size=4,
-            eval_every=3,
-            eval_episodes_per_task=1,
-            final_episodes_per_task=2,
-            eval_tasks=8,
-            requires_env=True,
-            compare_to=("GiGPO",),
-        ),
-    )
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive_int(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 1 else "a positive integer"
+
+
+def _natural(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 0 else "an integer >= 0"
+
+
+def _optional_positive_int(v: Any) -> str | None:
+    return None if v is None else _positive_int(v)
+
+
+def _positive_float(v: Any) -> str | None:
+    ok = (isinstance(v, float) or _is_int(v)) and math.isfinite(v) and v > 0
+    return None if ok else "a positive number"
+
+
+def _text(v: Any) -> str | None:
+    return None if isinstance(v, str) and v.strip() else "a non-empty string"
+
+
+def _optional_text(v: Any) -> str | None:
+    return None if v is None or isinstance(v, str) else "a string or null"
+
+
+def _any_text(v: Any) -> str | None:
+    return None if isinstance(v, str) else "a string"
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
+
+
+def _mapping(v: Any) -> str | None:
+    return None if isinstance(v, dict) and all(isinstance(k, str) for k in v) else "a mapping with string keys"
+
+
+def _texts(v: Any) -> str | None:
+    ok = isinstance(v, list) and all(isinstance(x, str) and x for x in v)
+    return None if ok else "a list of strings"
+
+
+#: Every top-level field but ``methods``: its check (None = fine, else what it must be).
+_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "name": _text, "title": _text, "claim": _text, "prediction": _any_text, "env": _text,
+    "env_kwargs": _mapping, "n_seeds": _positive_int, "iterations": _positive_int,
+    "tasks_per_iteration": _positive_int, "group_size": _positive_int, "lr": _positive_float,
+    "hidden": _positive_int, "memory": _natural, "eval_every": _positive_int,
+    "eval_episodes_per_task": _positive_int, "final_episodes_per_task": _positive_int,
+    "eval_tasks": _optional_positive_int, "track": _texts, "split_by": _optional_text,
+    "requires_env": _bool, "compare_to": _texts, "extra_metrics": _texts,
 }
+_REQUIRED = ("title", "claim", "env", "methods")
+_METHOD_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "label": _text, "estimator": _text, "estimator_kwargs": _mapping, "env_kwargs": _mapping,
+}
+assert set(_CHECKS) | {"methods"} == {f.name for f in fields(Study)}
+assert set(_METHOD_CHECKS) == {f.name for f in fields(Method)}
 
 
-def get_study(name: str) -> Study:
+def _unknown(data: dict[str, Any], valid: set[str], where: str) -> None:
+    extra = [k for k in data if k not in valid]
+    if extra:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, map(str, extra)))}; "
+                          f"valid keys: {', '.join(sorted(valid))}")
+
+
+def _method(raw: Any, where: str) -> Method:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping with 'label' and 'estimator' "
+                          f"(and estimator_kwargs, env_kwargs), got {raw!r}")
+    _unknown(raw, set(_METHOD_CHECKS), where)
+    raw = dict(raw)
+    if "estimator" not in raw:
+        raise ConfigError(f"{where}: missing 'estimator' (a registry name such as grpo)")
+    raw.setdefault("label", raw["estimator"])
+    for key, check in _METHOD_CHECKS.items():
+        if key in raw:
+            problem = check(raw[key])
+            if problem:
+                raise ConfigError(f"{where}.{key} must be {problem}, got {raw[key]!r}")
+    from stratagym.algorithms.registry import get_estimator
+
+    try:  # the same check the trainer makes, hours earlier
+        get_estimator(raw["estimator"], **raw.get("estimator_kwargs", {}))
+    except (ConfigError, TypeError, ValueError) as exc:  # names and options; bad values (a ValueError)
+        why = exc.args[0] if exc.args else exc
+        raise ConfigError(f"{where}: {why}") from None
+    return Method(label=raw["label"], estimator=raw["estimator"],
+                  estimator_kwargs=dict(raw.get("estimator_kwargs", {})), env_kwargs=dict(raw.get("env_kwargs", {})))
+
+
+def study_from_dict(data: Any, *, where: str, name: str | None = None) -> Study:
+    """Check a study's plain data (a YAML file's content) and build the :class:`Study`.
+
+    ``name`` is the file's stem: the study's name when the data has none, and what a given ``name``
+    must equal (so ``stratagym study X`` always writes ``studies/X``)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a study is a mapping with at least {', '.join(_REQUIRED)}")
+    _unknown(data, set(_CHECKS) | {"methods"}, where)
+    missing = [k for k in _REQUIRED if k not in data]
+    if missing:
+        raise ConfigError(f"{where}: missing {', '.join(missing)}")
+    data = dict(data)
+    if name is not None:
+        if "name" in data and data["name"] != name:
+            raise ConfigError(f"{where}: name {data['name']!r} differs from the file name {name!r}; make them equal")
+        data.setdefault("name", name)
+    elif "name" not in data:
+        raise ConfigError(f"{where}: missing name")
+    for key, check in _CHECKS.items():
+        if key in data:
+            problem = check(data[key])
+            if problem:
+                raise ConfigError(f"{where}: {key} must be {problem}, got {data[key]!r}")
+    raw_methods = data.pop("methods")
+    if not isinstance(raw_methods, list) or not raw_methods:
+        raise ConfigError(f"{where}: methods must be a non-empty list of mappings")
+    methods = tuple(_method(m, f"{where}: methods[{i}]") for i, m in enumerate(raw_methods))
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{where}: method labels must be distinct, got {labels}")
+    unknown_refs = [r for r in data.get("compare_to", []) if r not in labels]
+    if unknown_refs:
+        raise ConfigError(f"{where}: compare_to names {unknown_refs}, which are not methods; methods: {labels}")
+    for key in ("track", "compare_to", "extra_metrics"):
+        if key in data:
+            data[key] = tuple(data[key])
+    if "lr" in data:
+        data["lr"] = float(data["lr"])
+    return Study(methods=methods, **data)
+
+
+def load_study(path: str | os.PathLike[str]) -> Study:
+    """Read and check one study file (see the module docstring)."""
+    import yaml
+
+    p = Path(path)
     try:
-        return STUDIES[name]
-    except KeyError:
-        raise KeyError(f"unknown study {name!r}; studies: {', '.join(STUDIES)}") from None
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read study file {p}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p} is not valid YAML: {exc}") from None
+    return study_from_dict(data, where=str(p), name=p.stem)
+
+
+def study_names(directory: str | os.PathLike[str] | None = None) -> list[str]:
+    """The names of the studies in ``directory`` (default :data:`STUDY_DIR`), sorted."""
+    d = Path(directory) if directory is not None else STUDY_DIR
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def load_studies(directory: str | os.PathLike[str] | None = None) -> dict[str, Study]:
+    """Every study of ``directory`` (default :data:`STUDY_DIR`), by name; a bad file raises."""
+    d = Path(directory) if directory is not None else STUDY_DIR
+    return {n: load_study(d / f"{n}.yaml") for n in study_names(d)}
+
+
+def get_study(name_or_path: str | os.PathLike[str]) -> Study:
+    """A study by name (``suites/studies/<name>.yaml``) or by the path of a study file."""
+    text = os.fspath(name_or_path)
+    if text.endswith((".yaml", ".yml")) or os.sep in text or "/" in text:
+        return load_study(text)
+    path = STUDY_DIR / f"{text}.yaml"
+    if not path.is_file():
+        names = study_names()
+        raise ConfigError(f"unknown study {text!r}; studies: {', '.join(names) or f'none in {STUDY_DIR}'} "
+                          "(or give the path of a study YAML file)")
+    return load_study(path)
+
+
+def results_dir(study: Study) -> Path:
+    """The default output folder of ``study``: ``studies/<name>``."""
+    return RESULTS_DIR / study.name
+
+
+#: ``results.json`` files written before the studies were YAML used these names.
+_LEGACY_STUDY_KEYS = {"env_id": "env"}
+_LEGACY_METHOD_KEYS = {"options": "estimator_kwargs"}
+
+
+def legacy_study_dict(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A ``results.json`` ``study`` mapping in today's field names (older runs say ``env_id`` and
+    ``options``); values are left as recorded."""
+    out = {_LEGACY_STUDY_KEYS.get(k, k): v for k, v in recorded.items()}
+    out["methods"] = [{_LEGACY_METHOD_KEYS.get(k, k): v for k, v in m.items()} for m in recorded.get("methods", [])]
+    return out

@@ -29,7 +29,7 @@ SUITE = textwrap.dedent(
         - {label: GRPO, estimator: grpo}
         - {label: GRPO + HA-DW, estimator: grpo+hadw}
       config:
-        policy: {class: "stratagym.studies.policy:ScorerPolicy", hidden: 16, memory: 1, seed: auto}
+        policy: {class: "stratagym.agents.scorer:ScorerPolicy", hidden: 16, memory: 1, seed: auto}
         rollout: {group_size: 4, tasks_per_step: 4}
         optim: {lr: 0.05, micro_batch_size: 100000}
         train: {total_steps: 4, save_every: 0}

@@ -11,7 +11,7 @@ import torch
 import stratagym  # noqa: F401
 from tests.helpers import play_records
 from stratagym.agents.policy import GenerationRequest, Policy, Turn
-from stratagym.studies.policy import ScorerPolicy
+from stratagym.agents.scorer import ScorerPolicy
 
 
 def _requests(env_id="stratagym/SearchStrata-v0", n=4):
@@ -103,15 +103,15 @@ def test_plays_through_the_rollout_loop():
 
 def test_from_config_through_the_trainer_builder():
     from stratagym.training.trainer import build_policy
-    from stratagym.envs.core import ConfigError
+    from stratagym.errors import ConfigError
 
-    policy = build_policy({"class": "stratagym.studies.policy:ScorerPolicy", "hidden": 8, "memory": 1, "seed": 5})
+    policy = build_policy({"class": "stratagym.agents.scorer:ScorerPolicy", "hidden": 8, "memory": 1, "seed": 5})
     assert isinstance(policy, ScorerPolicy) and policy.config.hidden == 8 and policy.config.memory == 1
     same = ScorerPolicy(seed=5, hidden=8, memory=1)
     for a, b in zip(policy.parameters(), same.parameters()):
         torch.testing.assert_close(a, b)  # the init depends on the seed only
     with pytest.raises(ConfigError, match="unknown ScorerPolicy option"):
-        build_policy({"class": "stratagym.studies.policy:ScorerPolicy", "hiden": 8})
+        build_policy({"class": "stratagym.agents.scorer:ScorerPolicy", "hiden": 8})
 
 
 def test_sampling_copy_leaves_the_global_stream_alone():
@@ -125,7 +125,7 @@ def test_sampling_copy_leaves_the_global_stream_alone():
 
 
 def test_placeholder_actions_are_filled_with_the_task():
-    from stratagym.studies.policy import fill_placeholders
+    from stratagym.agents.scorer import fill_placeholders
 
     obs = "WebShop [SEP] Instruction: [SEP] i need a teal throw pillow under 70 dollars [SEP] Search"
     assert fill_placeholders("search[<your query>]", obs) == "search[i need a teal throw pillow under 70 dollars]"
@@ -133,3 +133,25 @@ def test_placeholder_actions_are_filled_with_the_task():
     assert fill_placeholders("search[<q>]", "Find  the red\nkey") == "search[Find the red key]"
     gen = ScorerPolicy().generate([GenerationRequest(obs, {"admissible_actions": ["search[<your query>]"]})])[0]
     assert gen.action == "search[i need a teal throw pillow under 70 dollars]"
+
+
+def test_the_old_class_string_of_committed_records_still_builds_the_scorer():
+    """The committed study and leaderboard records name ``stratagym.studies.policy:ScorerPolicy`` (their
+    ids hash their content, so they are not rewritten); that string must keep building the one scorer."""
+    import json
+    from pathlib import Path
+
+    from stratagym.training.trainer import build_policy
+
+    root = Path(__file__).resolve().parents[2]
+    specs = []
+    for path in sorted(root.glob("studies/*/records/*.json")):
+        spec = json.loads(path.read_text())["training"]["policy"]
+        specs.append(spec)
+        assert spec["class"] in ("stratagym.studies.policy:ScorerPolicy", "stratagym.agents.scorer:ScorerPolicy"), path
+    assert len(specs) >= 20  # 7 studies x 3-5 methods are committed
+    old = build_policy({**specs[0], "seed": 3})
+    new = build_policy({**specs[0], "class": "stratagym.agents.scorer:ScorerPolicy", "seed": 3})
+    assert type(old) is ScorerPolicy and type(new) is ScorerPolicy
+    for a, b in zip(old.parameters(), new.parameters()):
+        torch.testing.assert_close(a, b)

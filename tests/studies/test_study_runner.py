@@ -1,4 +1,5 @@
-"""The study machinery: statistics with known answers, a tiny study end to end through the Trainer."""
+"""The study machinery: statistics with known answers, a tiny study end to end through the Trainer.
+(The definitions and the command: test_definitions.py.)"""
 
 from __future__ import annotations
 
@@ -6,12 +7,11 @@ import json
 import math
 
 import pytest
-from typer.testing import CliRunner
 
 from stratagym.eval.records import schema_problems
-from stratagym.studies.definitions import STUDIES, Method, get_study
+from stratagym.studies.definitions import Method, get_study
 from stratagym.studies.report import summarize, t_interval
-from stratagym.studies.runner import recipe_for, run_one, run_study, slug
+from stratagym.studies.runner import run_one, run_study, slug
 
 
 def test_t_interval_known_answer():
@@ -36,15 +36,6 @@ def test_summarize_pairs_seeds():
     diff = rows[1]["success"]["diff_vs_first"]
     # paired differences are exactly 0.2 for both seeds: zero-width interval
     assert diff["mean"] == pytest.approx(0.2) and diff["ci_low"] == pytest.approx(0.2) and diff["ci_high"] == pytest.approx(0.2)
-
-
-def test_every_arm_shares_the_recipe(tmp_path):
-    for study in STUDIES.values():
-        recipes = [recipe_for(study, m, 0, str(tmp_path)).to_dict() for m in study.methods]
-        for r in recipes:
-            del r["name"], r["algorithm"]["estimator"], r["algorithm"]["estimator_kwargs"]
-            r["env"]["kwargs"].pop("context_k", None)
-        assert all(r == recipes[0] for r in recipes), study.name
 
 
 def _tiny(name: str, **kw):
@@ -79,15 +70,3 @@ def test_run_study_writes_everything(tmp_path):
 
     with Leaderboard(board) as lb:
         assert len(lb) == len(study.methods)  # one validated record per method on the board
-
-
-def test_cli_lists_studies():
-    from stratagym.cli import _load_plugins, app
-
-    _load_plugins()
-    res = CliRunner().invoke(app, ["study", "list"])
-    assert res.exit_code == 0, res.output
-    for name in STUDIES:
-        assert name in res.output
-    res = CliRunner().invoke(app, ["study", "nope"])
-    assert res.exit_code != 0
