@@ -58,6 +58,7 @@ __all__ = [
     "gpg",
     "grpo_passk",
     "whiten",
+    "informative_groups",
 ]
 
 _MODES = ("mean_norm", "mean_std_norm")
@@ -639,6 +640,35 @@ def _gpg_entry(batch: AdvantageBatch, *, f_norm: float = 1.0, singleton: str = "
 def _grpo_passk_entry(batch: AdvantageBatch, *, norm: bool = True, eps: float = 1e-6) -> Tensor:
     """GRPO pass@k: only each group's best row, ``(r_max - r_second) / (std + eps)``."""
     return grpo_passk(batch.rewards, batch.group, norm=norm, eps=eps)
+
+
+# --------------------------------------------------------------------------- dynamic sampling (DAPO)
+
+
+def informative_groups(rewards: Tensor, group: Tensor, *, keep_singletons: bool = True) -> Tensor:
+    """Per row: does its group carry a learning signal?  (DAPO dynamic sampling, arXiv 2503.14476;
+    verl ``filter_groups`` in ``recipe/dapo/dapo_ray_trainer.py``.)
+
+    A group whose rewards all tie gets advantage 0 from every group-relative estimator, so DAPO drops
+    it and samples more tasks.  verl keeps a group when the std of its metric is > 0 **or** it has a
+    single member (``keep_singletons=True``, the default); ``keep_singletons=False`` drops groups of
+    one too (under stratagym's ``singleton="zero"`` they also get advantage 0).  Returns a bool
+    tensor, one entry per row.
+    """
+    r = check_rewards(rewards, "rewards")
+    n = r.shape[0]
+    g = check_ids(group, "group", n)
+    if n == 0:
+        return torch.zeros(0, dtype=torch.bool, device=r.device)
+    x = as_compute(r)
+    gi, ng = dense_ids(g.to(x.device))
+    cnt = torch.bincount(gi, minlength=ng)
+    hi = torch.full((ng,), float("-inf"), dtype=x.dtype, device=x.device).scatter_reduce_(0, gi, x, reduce="amax")
+    lo = torch.full((ng,), float("inf"), dtype=x.dtype, device=x.device).scatter_reduce_(0, gi, x, reduce="amin")
+    keep = hi > lo
+    if keep_singletons:
+        keep = keep | (cnt == 1)
+    return keep[gi]
 
 
 # --------------------------------------------------------------------------- HA-DW

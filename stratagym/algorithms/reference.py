@@ -31,6 +31,7 @@ __all__ = [
     "opo_ref",
     "gpg_ref",
     "grpo_passk_ref",
+    "informative_groups_ref",
     "agg_ref",
     "policy_loss_ref",
     "kl_ref",
@@ -328,6 +329,15 @@ def grpo_passk_ref(rewards, group, *, norm=True, eps=1e-6):
         if norm:
             gap = _div(gap, _std(v, 1) + eps)
         out[idx[best]] = gap
+    return out
+
+
+def informative_groups_ref(rewards, group, *, keep_singletons=True):
+    """verl filter_groups: keep a group whose metric std is > 0, or that has one member."""
+    out = []
+    for i in range(len(rewards)):
+        v = [rewards[j] for j in _by_key(group)[group[i]]]
+        out.append(_std(v, 1) > 0 or (keep_singletons and len(v) == 1))
     return out
 
 

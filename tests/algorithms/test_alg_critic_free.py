@@ -17,6 +17,7 @@ from stratagym.algorithms import reference as ref
 from stratagym.algorithms.advantages import (
     gpg,
     grpo_passk,
+    informative_groups,
     opo,
     reinforce_pp,
     reinforce_pp_baseline,
@@ -107,6 +108,15 @@ def test_grpo_passk():
     close(grpo_passk(T([1.0, 0.2, 1.0, 0.7], dtype=F64), T([1, 1, 1, 2])), [0.0, 0.0, 0.0, 0.0])
 
 
+def test_informative_groups_dapo_filter():
+    """verl recipe/dapo/dapo_ray_trainer.py (filter_groups): keep a group whose metric std > 0 or that has
+    one member.  Groups: a=[1,0] varied, b=[1,1] tied, c=[0.5] alone."""
+    r = T([1.0, 0.0, 1.0, 1.0, 0.5], dtype=F64)
+    g = T([7, 7, 8, 8, 9])
+    assert informative_groups(r, g).tolist() == [True, True, False, False, True]
+    assert informative_groups(r, g, keep_singletons=False).tolist() == [True, True, False, False, False]
+
+
 def test_registry_entries():
     b = AdvantageBatch(rewards=T([1.0, 0.0, 1.0], dtype=F64), group=T([1, 1, 2]),
                        lengths=T([1, 3, 5]), baseline=T([0.5, 0.5, 0.0], dtype=F64))
@@ -160,3 +170,6 @@ def test_vectorised_matches_reference(case):
         close(gpg(rt, gt, f_norm=0.5, singleton=single), ref.gpg_ref(r, g, f_norm=0.5, singleton=single))
     for norm in (True, False):
         close(grpo_passk(rt, gt, norm=norm), ref.grpo_passk_ref(r, g, norm=norm), tol=1e-7)
+    for keep in (True, False):
+        assert informative_groups(rt, gt, keep_singletons=keep).tolist() == \
+            ref.informative_groups_ref(r, g, keep_singletons=keep)
