@@ -9,7 +9,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix"]
+__all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix", "md_cell"]
+
+
+def md_cell(text: str) -> str:
+    """A method label as a Markdown table cell: ``|`` would end the cell and a newline the row, so they
+    are escaped (labels come from the study files). Labels without them are unchanged."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def t_interval(values: Sequence[float], *, level: float = 0.95) -> tuple[float, float, float]:
@@ -77,18 +83,18 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
         head = ["method", "seeds"] + [f"{k}" for k in metrics] + [f"{metrics[0]} per seed"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in rows:
-            cells = [row["method"], str(row["n_seeds"])]
+            cells = [md_cell(row["method"]), str(row["n_seeds"])]
             cells += [_fmt(row[k]["mean"], *_bounded(k, row[k]["ci_low"], row[k]["ci_high"])) for k in metrics]
             cells.append(", ".join(f"{v:.2f}" for v in row[metrics[0]]["per_seed"]))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    lines += [f"Paired difference to {base} (same seed = same initial policy and task stream), mean [95% t-CI]:", ""]
+    lines += [f"Paired difference to {md_cell(base)} (same seed = same initial policy and task stream), mean [95% t-CI]:", ""]
     head = ["method"] + [f"d {k}" for k in metrics]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         if row["method"] == base:
             continue
-        cells = [row["method"]]
+        cells = [md_cell(row["method"])]
         for k in metrics:
             d = row[k].get("diff_vs_first")
             cells.append(_fmt(d["mean"], d["ci_low"], d["ci_high"]) if d else "n/a")

@@ -70,3 +70,22 @@ def test_run_study_writes_everything(tmp_path):
 
     with Leaderboard(board) as lb:
         assert len(lb) == len(study.methods)  # one validated record per method on the board
+
+
+def test_labels_cannot_break_the_markdown_table():
+    """A label is user text from a study file: a '|' or a newline in it must not add cells or rows."""
+    from stratagym.studies.report import markdown_table, md_cell
+
+    assert md_cell("GRPO + HA-DW (window anchor)") == "GRPO + HA-DW (window anchor)"
+    assert md_cell("a|b\nc") == "a\\|b c"
+    results = {
+        "study": {"methods": [{"label": "A|x"}, {"label": "B\n| y"}]},
+        "runs": [{"method": m, "seed": s, "final": {"success": v}, "seconds": 1.0}
+                 for m, s, v in (("A|x", 0, 0.1), ("A|x", 1, 0.2), ("B\n| y", 0, 0.3), ("B\n| y", 1, 0.5))],
+    }
+    table = markdown_table(summarize(results, ["success"]), ["success"], base="A|x")
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert len(rows) == 2 + 2 + 2 + 1  # header+rule+2 methods, then header+rule+1 difference
+    for line in rows:  # unescaped pipes delimit cells: 4 columns in the main table, 2 in the differences
+        cells = line.replace("\\|", "").count("|") - 1
+        assert cells in (4, 2), line
