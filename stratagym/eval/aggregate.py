@@ -134,6 +134,16 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
         vals = [r["extra"].get(key) for r in rows]
         if vals and all(v is not None for v in vals):
             m[key] = proportion(float(v) >= 0.5 for v in vals) if kind == "p" else mean(float(v) for v in vals)
+    # Any other numeric per-episode value an env keeps (its spec's record_info_keys) becomes a metric
+    # of its own: a rate for booleans, a bootstrap mean for numbers. A new env gets its columns this way.
+    handled = {"em", "substring_em", "f1", "task_type", "split"}
+    extra_keys = sorted({k for r in rows for k in r["extra"]} - handled - set(m))
+    for key in extra_keys:
+        vals = [r["extra"].get(key) for r in rows]
+        if all(isinstance(v, bool) for v in vals):
+            m[key] = proportion(vals)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals):
+            m[key] = mean(float(v) for v in vals)
     if rules.primary_metric == "em" and "em" not in m:
         m["em"] = proportion(bool(r.get("won", False)) for r in rows)
 

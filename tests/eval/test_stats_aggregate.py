@@ -137,3 +137,15 @@ def test_proportion_of_empty_and_aggregate_of_nothing():
     assert math.isnan(proportion([]).value)
     with pytest.raises(ValueError):
         aggregate([], env_id="x/Toy-v0")
+
+
+def test_an_envs_own_numeric_record_keys_become_metrics():
+    """A new env gets metric columns from its spec alone: every numeric ``record_info_keys`` value is
+    aggregated (booleans as a Wilson rate, numbers as a bootstrap mean); text and dicts are not."""
+    eps = [ep("a", won=True), ep("b", won=False), ep("c", won=True)]
+    for e, (hit, cost) in zip(eps, [(True, 2.0), (False, 4.0), (True, 3.0)]):
+        e["extra"].update({"hit": hit, "cost": cost, "note": "text", "detail": {"x": 1}})
+    m = aggregate(eps, env_id="x/Toy-v0").metrics
+    assert m["hit"].value == pytest.approx(2 / 3) and m["hit"].method == "wilson"
+    assert m["cost"].value == pytest.approx(3.0) and m["cost"].method == "bootstrap"
+    assert "note" not in m and "detail" not in m
