@@ -53,13 +53,16 @@ class EnvConfig:
 @dataclass
 class RolloutConfig:
     """``group_size`` G envs per task; ``tasks_per_step`` tasks per training step (batch = tasks x G
-    episodes); ``workers``: ``inprocess`` | ``subprocess`` | ``ray``; ``max_turns`` safety cap."""
+    episodes); ``workers``: ``inprocess`` | ``subprocess`` | ``ray``; ``max_turns`` safety cap.
+    ``ray_address``: ``ray.init``'s address (``auto`` = an existing ``ray start`` cluster; unset = Ray's
+    own lookup, else a new local instance; docs/scale.md)."""
 
     group_size: int = 8
     tasks_per_step: int = 4
     workers: str = "inprocess"
     num_workers: int = 2
     start_method: str = "spawn"
+    ray_address: Optional[str] = None
     max_turns: int = 100
 
 

@@ -192,7 +192,8 @@ class Trainer:
         self.step = 0
         self._setup_optimizer()
         pool = make_pool(config.env.id, config.env.kwargs, workers=config.rollout.workers,
-                         num_workers=config.rollout.num_workers, start_method=config.rollout.start_method)
+                         num_workers=config.rollout.num_workers, start_method=config.rollout.start_method,
+                         ray_address=config.rollout.ray_address)
         self.collector = RolloutCollector(config.env.id, self.policy, group_size=config.rollout.group_size,
                                           pool=pool, max_turns=config.rollout.max_turns)
         self._eval_collector: Optional[RolloutCollector] = None
@@ -420,7 +421,7 @@ class Trainer:
         if self._eval_collector is None:
             kwargs = cfg.env.eval_kwargs if cfg.env.eval_kwargs is not None else cfg.env.kwargs
             pool = make_pool(cfg.env.id, kwargs, workers=cfg.rollout.workers, num_workers=cfg.rollout.num_workers,
-                             start_method=cfg.rollout.start_method)
+                             start_method=cfg.rollout.start_method, ray_address=cfg.rollout.ray_address)
             self._eval_collector = RolloutCollector(cfg.env.id, self.policy, group_size=1, pool=pool,
                                                     max_turns=cfg.rollout.max_turns)
         ids = self._eval_collector.task_ids()[: num_tasks or cfg.train.eval_tasks]

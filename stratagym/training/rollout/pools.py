@@ -229,87 +229,189 @@ class SubprocessPool:
             self.workers[w] = None
 
 
-class RayPool:
-    """Envs as Ray actors (one per slot); a dead actor fails its trajectory and is recreated at reset.
+class _EnvHost:
+    """The body of a Ray env actor: hosts a dict of envs keyed by slot, like a subprocess worker.
 
-    Optional: needs ``pip install 'stratagym[ray]'``.
+    Every method answers ``("ok", value)`` or ``("error", text)``: an env that raises fails only its own
+    job and leaves the actor (and the other envs it hosts) running. Only the actor's death raises on the
+    driver (``RayActorError``), which fails every job the actor held.
     """
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, num_cpus_per_env: float = 1.0):
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any]):
+        self.env_id, self.env_kwargs = env_id, env_kwargs
+        self.envs: dict[int, Any] = {}
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def _call(self, fn: Any) -> tuple[str, Any]:
+        try:
+            return "ok", fn()
+        except Exception as exc:
+            return "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+
+    def task_ids(self) -> tuple[str, Any]:
+        def run() -> list[str]:
+            if -1 not in self.envs:
+                self.envs[-1] = _make_env(self.env_id, self.env_kwargs)
+            return list(self.envs[-1].unwrapped.task_ids())
+
+        return self._call(run)
+
+    def reset(self, slot: int, seed: Any, options: dict[str, Any]) -> tuple[str, Any]:
+        def run() -> Any:
+            if slot not in self.envs:
+                self.envs[slot] = _make_env(self.env_id, self.env_kwargs)
+            return self.envs[slot].reset(seed=seed, options=options)
+
+        return self._call(run)
+
+    def step(self, slot: int, action: str) -> tuple[str, Any]:
+        return self._call(lambda: self.envs[slot].step(action))
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            try:
+                env.close()
+            except Exception:
+                pass
+        self.envs = {}
+
+
+# When a pool started the Ray runtime (ray.init), every pool opened on that runtime is listed here and
+# the last one to close shuts it down (a trainer's train and eval pools share it). A runtime that was
+# already up (a test fixture, the user's own ray.init) is never shut down by a pool.
+_RAY_STARTED_BY_POOL = False
+_RAY_POOLS: set[int] = set()
+
+
+class RayPool:
+    """Envs in ``num_workers`` Ray actors (slot s lives in actor ``s % num_workers``), local or on a cluster.
+
+    The same contract as :class:`SubprocessPool`: commands go to every actor before any reply is awaited
+    (an actor runs one caller's calls in submission order, so each env sees its own commands in order);
+    an actor that dies fails only the trajectories it hosts, and is recreated at the next reset.
+
+    ``address`` goes to ``ray.init`` when no Ray runtime is up in this process: ``None`` follows Ray's own
+    lookup (``RAY_ADDRESS``, then the latest ``ray start`` on this machine, else a new local instance),
+    ``"auto"`` requires an existing cluster, ``"local"`` always starts a private one. Each actor reserves
+    ``num_cpus_per_worker`` CPUs of the cluster for its lifetime, so ``num_workers`` actors need that many
+    free; a call that gets no answer within ``timeout`` seconds fails like a dead actor.
+
+    Optional: needs ``pip install 'stratagym[dist]'``.
+    """
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, num_workers: int = 2,
+                 address: Optional[str] = None, num_cpus_per_worker: float = 1.0, timeout: float = 600.0):
+        if num_workers < 1:
+            raise ConfigError(f"num_workers must be >= 1, got {num_workers}")
         try:
             import ray
         except ImportError as exc:
-            raise ConfigError("rollout.workers: ray needs Ray: pip install 'stratagym[ray]' (or use 'subprocess')") from exc
+            raise ConfigError("rollout.workers: ray needs Ray: pip install 'stratagym[dist]' (or use 'subprocess')") from exc
+        global _RAY_STARTED_BY_POOL
         self.ray = ray
         if not ray.is_initialized():
-            ray.init(ignore_reinit_error=True, include_dashboard=False)
-
-        @ray.remote(num_cpus=num_cpus_per_env)
-        class _EnvActor:
-            def __init__(self, env_id: str, env_kwargs: dict[str, Any]):
-                self.env = _make_env(env_id, env_kwargs)
-
-            def task_ids(self) -> list[str]:
-                return list(self.env.unwrapped.task_ids())
-
-            def reset(self, seed: int, options: dict[str, Any]) -> Any:
-                return self.env.reset(seed=seed, options=options)
-
-            def step(self, action: str) -> Any:
-                return self.env.step(action)
-
-        self._actor_cls = _EnvActor
-        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
-        self.actors: dict[int, Any] = {}
-
-    def _actor(self, slot: int) -> Any:
-        if slot not in self.actors:
-            self.actors[slot] = self._actor_cls.remote(self.env_id, self.env_kwargs)
-        return self.actors[slot]
-
-    def _gather(self, slots: Sequence[int], refs: Sequence[Any]) -> list[Result]:
-        out: list[Result] = []
-        for slot, ref in zip(slots, refs):
             try:
-                out.append(self.ray.get(ref))
-            except Exception as exc:  # RayActorError, RayTaskError...
-                self.actors.pop(slot, None)
-                out.append(WorkerCrashed(f"ray env actor for slot {slot} failed: {exc}"))
-        return out
+                ray.init(address=address, include_dashboard=False)
+            except ConnectionError as exc:
+                raise ConfigError(f"rollout.ray_address {address!r}: no Ray cluster to connect to ({exc}); "
+                                  "start one with `ray start --head`, or leave ray_address unset") from None
+            _RAY_STARTED_BY_POOL = True
+        if _RAY_STARTED_BY_POOL:
+            _RAY_POOLS.add(id(self))
+        self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker)(_EnvHost)
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        self.num_workers, self.timeout = int(num_workers), float(timeout)
+        self.workers: list[Optional[Any]] = [None] * self.num_workers
 
-    def task_ids(self) -> list[str]:
-        return self.ray.get(self._actor(0).task_ids.remote())
+    def _worker(self, w: int) -> Any:
+        if self.workers[w] is None:
+            self.workers[w] = self._actor_cls.remote(self.env_id, self.env_kwargs)
+        return self.workers[w]
 
-    def reset(self, jobs: Sequence[tuple[int, int, dict[str, Any]]]) -> list[Result]:
-        refs = [self._actor(s).reset.remote(seed, opt) for s, seed, opt in jobs]
-        return self._gather([j[0] for j in jobs], refs)
+    def actors(self) -> list[Optional[Any]]:
+        """The live actor handles by worker index (``None`` where one died and is not yet recreated)."""
+        return list(self.workers)
 
-    def step(self, jobs: Sequence[tuple[int, str]]) -> list[Result]:
-        refs = []
-        for s, a in jobs:
-            actor = self.actors.get(s)
-            refs.append(actor.step.remote(a) if actor is not None else None)
+    def pids(self) -> list[Optional[int]]:
+        """Process ids of the actors (the tests kill one to check that only its trajectories fail)."""
+        return [None if a is None else self.ray.get(a.pid.remote(), timeout=self.timeout) for a in self.workers]
+
+    def _roundtrip(self, calls: Sequence[tuple[int, str, tuple]], respawn: bool) -> list[Result]:
+        refs: list[Any] = []
+        for w, method, args in calls:
+            actor = self._worker(w) if respawn else self.workers[w]
+            if actor is None:
+                refs.append(WorkerCrashed(f"ray env actor {w} died earlier in this rollout"))
+            else:
+                refs.append(getattr(actor, method).remote(*args))
         out: list[Result] = []
-        for (s, _), ref in zip(jobs, refs):
-            out.extend([WorkerCrashed(f"no actor for slot {s}")] if ref is None else self._gather([s], [ref]))
+        for (w, _, _), ref in zip(calls, refs):
+            if isinstance(ref, BaseException):
+                out.append(ref)
+                continue
+            try:
+                status, value = self.ray.get(ref, timeout=self.timeout)
+                out.append(value if status == "ok" else WorkerCrashed(value))
+            except Exception as exc:  # RayActorError (the actor died), GetTimeoutError, ...
+                self._drop(w)
+                out.append(WorkerCrashed(f"ray env actor {w} failed: {type(exc).__name__}: {exc}"))
         return out
 
-    def close(self) -> None:
-        for actor in self.actors.values():
+    def _drop(self, w: int) -> None:
+        actor = self.workers[w]
+        if actor is not None:
             try:
                 self.ray.kill(actor)
             except Exception:
                 pass
-        self.actors = {}
+        self.workers[w] = None
+
+    def task_ids(self) -> list[str]:
+        (res,) = self._roundtrip([(0, "task_ids", ())], respawn=True)
+        if isinstance(res, BaseException):
+            raise ConfigError(f"could not build env {self.env_id!r} in a Ray actor: {res}")
+        return res
+
+    def reset(self, jobs: Sequence[tuple[int, int, dict[str, Any]]]) -> list[Result]:
+        return self._roundtrip([(s % self.num_workers, "reset", (s, seed, opt)) for s, seed, opt in jobs], respawn=True)
+
+    def step(self, jobs: Sequence[tuple[int, str]]) -> list[Result]:
+        return self._roundtrip([(s % self.num_workers, "step", (s, a)) for s, a in jobs], respawn=False)
+
+    def close(self) -> None:
+        closing = [a.close.remote() for a in self.workers if a is not None]
+        try:
+            self.ray.wait(closing, num_returns=len(closing), timeout=10)
+        except Exception:
+            pass
+        dying = [a for a in self.workers if a is not None]
+        for w in range(self.num_workers):
+            self._drop(w)
+        for actor in dying:  # ray.kill is asynchronous: wait until Ray reports each actor dead
+            try:
+                self.ray.get(actor.pid.remote(), timeout=10)
+            except Exception:
+                pass
+        global _RAY_STARTED_BY_POOL
+        if id(self) in _RAY_POOLS:
+            _RAY_POOLS.discard(id(self))
+            if not _RAY_POOLS:
+                _RAY_STARTED_BY_POOL = False
+                if self.ray.is_initialized():
+                    self.ray.shutdown()
 
 
 def make_pool(env_id: str, env_kwargs: dict[str, Any] | None = None, *, workers: str = "inprocess",
-              num_workers: int = 2, start_method: str = "spawn") -> Any:
-    """``workers``: ``inprocess`` | ``subprocess`` | ``ray``."""
+              num_workers: int = 2, start_method: str = "spawn", ray_address: Optional[str] = None) -> Any:
+    """``workers``: ``inprocess`` | ``subprocess`` | ``ray`` (``ray_address`` is Ray's ``ray.init`` address)."""
     if workers == "inprocess":
         return InProcessPool(env_id, env_kwargs)
     if workers == "subprocess":
         return SubprocessPool(env_id, env_kwargs, num_workers=num_workers, start_method=start_method)
     if workers == "ray":
-        return RayPool(env_id, env_kwargs)
+        return RayPool(env_id, env_kwargs, num_workers=num_workers, address=ray_address)
     raise ConfigError(f"rollout.workers must be 'inprocess', 'subprocess' or 'ray', got {workers!r}")

@@ -1,0 +1,45 @@
+"""Who starts Ray shuts it down (issue 16 item 1): a trainer with ``rollout.workers: ray`` and no Ray
+runtime up starts one, shares it between its train and eval pools, and leaves none behind on close.
+
+This module must not use the module-scoped ``ray_cluster`` fixture: it checks the path where the
+pool itself calls ``ray.init`` (``address: local``, so it never joins someone else's ``ray start``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stratagym.training.config import RecipeConfig
+from stratagym.training.trainer import Trainer
+from tests.trainer.conftest import RandomChoicePolicy, available
+
+ENV = "stratagym/CueCorridor-v0"
+pytestmark = pytest.mark.skipif(not available(ENV), reason="synthetic envs not available")
+
+
+def test_trainer_starts_and_stops_its_own_ray(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized(), "a Ray runtime leaked into this module from an earlier test"
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = RecipeConfig.from_dict({
+        "name": "ray-lifecycle",
+        "policy": {"model": "tiny"},
+        "env": {"id": ENV},
+        "rollout": {"group_size": 2, "tasks_per_step": 2, "max_turns": 4, "workers": "ray", "num_workers": 1,
+                    "ray_address": "local"},
+        "algorithm": {"estimator": "grpo"},
+        "train": {"total_steps": 1, "output_dir": str(tmp_path / "run"), "save_every": 0, "progress": False,
+                  "tensorboard": False, "eval_tasks": 2},
+    })
+    trainer = Trainer(cfg, policy=RandomChoicePolicy(0))
+    try:
+        assert ray.is_initialized()
+        (row,) = trainer.train()
+        assert row["rollout/episodes"] == 4 and row["rollout/failed"] == 0
+        ev = trainer.evaluate()  # a second pool on the same runtime
+        assert ev["eval/episodes"] == 2 and ev["eval/failed"] == 0
+        trainer.collector.close()  # the train pool closes first: the eval pool still needs Ray
+        assert ray.is_initialized()
+    finally:
+        trainer.close()
+    assert not ray.is_initialized()
