@@ -58,8 +58,10 @@ class ScriptedPolicy:
 
         if not requests:
             return []
-        episodes = [r.episode if r.episode is not None else EpisodeKey(str(r.info.get("task_id", "")), None, i)
-                    for i, r in enumerate(requests)]
+        if any(r.episode is None for r in requests):
+            # A key made up from the batch position would bring back the bug the key exists to prevent.
+            raise ValueError("ScriptedPolicy needs GenerationRequest.episode on every request (the rollout collector sets it)")
+        episodes = [r.episode for r in requests]
         actions = self.agent.act([r.observation for r in requests], [r.info for r in requests], episodes)
         if len(actions) != len(requests):
             raise RuntimeError(f"{type(self.agent).__name__}.act returned {len(actions)} actions for {len(requests)} episodes")
