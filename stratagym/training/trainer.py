@@ -271,9 +271,22 @@ class Trainer:
         return [ids[i] for i in idx[sl]], [int(s) for s in seeds[sl]]
 
     def rollout(self) -> RolloutBatch:
-        tasks, seeds = self._sample_tasks()
         self.policy.eval()
-        return self.collector.collect(tasks, seeds)
+        if not self.config.rollout.filter_groups:
+            tasks, seeds = self._sample_tasks()
+            return self.collector.collect(tasks, seeds)
+        from stratagym.training.rollout.dynamic import collect_informative
+
+        alg = self.config.algorithm
+
+        def draw() -> RolloutBatch:  # one group rollout, shaped as update() will shape it
+            b = self.collector.collect(*self._sample_tasks())
+            shape_rewards(b, invalid_action_penalty=alg.invalid_action_penalty, format_reward=alg.format_reward,
+                          reward_scale=alg.reward_scale)
+            return b
+
+        return collect_informative(draw, self.config.rollout.tasks_per_step,
+                                   max_rounds=self.config.rollout.max_filter_rounds)
 
     def _n_micro_global(self, n_local: int) -> int:
         if self.accelerator.num_processes == 1:

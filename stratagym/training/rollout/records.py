@@ -78,6 +78,7 @@ class RolloutBatch:
     total_seconds: float = 0.0
     generated_tokens: int = 0
     turns: int = 0
+    extra: dict[str, float] = field(default_factory=dict)  # more metrics (e.g. dynamic sampling's)
 
     @property
     def ok(self) -> list[Trajectory]:
@@ -98,6 +99,7 @@ class RolloutBatch:
             "rollout/valid_ratio": sum(t.valid_ratio for t in ok) / n,
             "rollout/format_ok": sum(s.format_ok for t in ok for s in t.steps) / max(sum(len(t.steps) for t in ok), 1),
             "rollout/tokens": float(self.generated_tokens),
+            **self.extra,
         }
 
     def timing(self) -> dict[str, float]:
