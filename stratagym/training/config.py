@@ -64,6 +64,8 @@ class RolloutConfig:
     start_method: str = "spawn"
     ray_address: Optional[str] = None
     max_turns: int = 100
+    filter_groups: bool = False  # DAPO dynamic sampling: keep drawing until tasks_per_step groups carry signal
+    max_filter_rounds: int = 4  # at most this many draws per step (then train on what was found)
 
 
 @dataclass
@@ -187,6 +189,7 @@ class RecipeConfig:
         _positive("rollout.group_size", self.rollout.group_size)
         _positive("rollout.tasks_per_step", self.rollout.tasks_per_step)
         _positive("rollout.max_turns", self.rollout.max_turns)
+        _positive("rollout.max_filter_rounds", self.rollout.max_filter_rounds)
         if self.rollout.workers not in ("inprocess", "subprocess", "ray"):
             raise ConfigError(f"rollout.workers must be inprocess, subprocess or ray, got {self.rollout.workers!r}")
         try:
