@@ -45,6 +45,7 @@ __all__ = [
     "masked_mean",
     "policy_loss",
     "token_logprobs",
+    "value_loss",
 ]
 
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -492,6 +493,40 @@ def vespo_loss(x: PGInputs, *, k_pos: float = 2.0, lambda_pos: float = 3.0, k_ne
         phi = torch.exp(lam + k * log_w - lam * w).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
     pg = x.aggregate(-phi * x.advantages * x.logprob)
     return pg, _stats(x, pg, torch.exp(neg_kl), neg_kl, phi_mean=x.mean(phi))
+
+
+# --------------------------------------------------------------------------- critic
+
+
+def value_loss(
+    vpreds: Tensor,
+    returns: Tensor,
+    old_values: Tensor,
+    mask: Tensor,
+    *,
+    cliprange_value: Optional[float] = 0.5,
+    agg: str = "token-mean",
+    **norms: Any,
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO's clipped value loss (verl ``compute_value_loss``, core_algos.py:1799-1838, from TRL's PPO):
+    ``0.5 * agg(max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2))``; ``cliprange_value=None``
+    drops the clipped branch.  Works on ``(B, T)`` token values or ``(N, 1)`` turn values alike.
+    Stats: ``vf_loss``, ``vf_clipfrac`` (the clipped branch is the larger), ``vpred_mean``."""
+    for name, t in (("returns", returns), ("old_values", old_values), ("mask", mask)):
+        if t.shape != vpreds.shape:
+            raise ValueError(f"{name} must have shape {tuple(vpreds.shape)}, got {tuple(t.shape)}")
+    m = mask.to(vpreds.dtype)
+    l1 = (vpreds - returns) ** 2
+    if cliprange_value is None:
+        mat, clipped = l1, torch.zeros_like(l1, dtype=torch.bool)
+    else:
+        c = float(cliprange_value)
+        vclip = torch.clamp(vpreds, old_values - c, old_values + c)
+        l2 = (vclip - returns) ** 2
+        mat, clipped = torch.maximum(l1, l2), l2 > l1
+    loss = 0.5 * agg_loss(mat, m, agg, **norms)
+    return loss, {"vf_loss": float(loss.detach()), "vf_clipfrac": float(masked_mean(clipped.to(m.dtype), m)),
+                  "vpred_mean": float(masked_mean(vpreds.detach(), m))}
 
 
 # --------------------------------------------------------------------------- the one call

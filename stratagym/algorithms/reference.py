@@ -32,6 +32,9 @@ __all__ = [
     "gpg_ref",
     "grpo_passk_ref",
     "informative_groups_ref",
+    "gae_ref",
+    "gae_tokens_ref",
+    "value_loss_ref",
     "agg_ref",
     "policy_loss_ref",
     "kl_ref",
@@ -555,3 +558,54 @@ def kl_ref(lp, ref, kind):
         return v
     back = 0.5 * d * d
     return back - back.detach() + v.detach()
+
+
+# --------------------------------------------------------------------------- PPO with a critic
+
+
+def gae_ref(rewards, values, traj, step, *, gamma=1.0, lam=1.0):
+    """Per trajectory, backwards over its steps: delta = r + gamma V' - V, A = delta + gamma lam A'."""
+    adv = [0.0] * len(rewards)
+    for _, idx in _by_key(traj).items():
+        idx = sorted(idx, key=lambda i: step[i])
+        a_next, v_next = 0.0, 0.0
+        for i in reversed(idx):
+            a_next = rewards[i] + gamma * v_next - values[i] + gamma * lam * a_next
+            v_next = values[i]
+            adv[i] = a_next
+    return adv, [a + v for a, v in zip(adv, values)]
+
+
+def gae_tokens_ref(rewards, values, mask, *, gamma=1.0, lam=1.0):
+    """Lists of rows; masked tokens pass the recursion through and copy the next response token's A."""
+    adv = []
+    for r, v, m in zip(rewards, values, mask):
+        row = [0.0] * len(r)
+        a_next, v_next = 0.0, 0.0
+        for t in reversed(range(len(r))):
+            if m[t]:
+                a_next = r[t] + gamma * v_next - v[t] + gamma * lam * a_next
+                v_next = v[t]
+            row[t] = a_next
+        adv.append(row)
+    return adv, [[a + x for a, x in zip(ra, rv)] for ra, rv in zip(adv, values)]
+
+
+def value_loss_ref(vpreds, returns, old_values, mask, *, cliprange_value=0.5, agg="token-mean", norms=None):
+    """0-d tensor per token (autograd): 0.5 * agg(max of the plain and the clipped squared error)."""
+    B, T = vpreds.shape
+    mk = [[_f(mask[i, t]) for t in range(T)] for i in range(B)]
+    mat = []
+    for i in range(B):
+        row = []
+        for t in range(T):
+            v, ret, old = vpreds[i, t], _f(returns[i, t]), _f(old_values[i, t])
+            l1 = (v - ret) * (v - ret)
+            if cliprange_value is not None:
+                vc = _clip(v, old - cliprange_value, old + cliprange_value)
+                l2 = (vc - ret) * (vc - ret)
+                if _f(l2) > _f(l1):
+                    l1 = l2
+            row.append(l1)
+        mat.append(row)
+    return 0.5 * agg_ref(mat, mk, agg, **(norms or {}))

@@ -126,6 +126,7 @@ class AdvantageBatch:
                      token-weighted whitening of REINFORCE++)
     baseline:        per-row baseline reward (ReMax: the reward of the greedy rollout of the
                      row's task)
+    values:          per-row critic value of the state the step was taken in (PPO's GAE)
     """
 
     rewards: Tensor
@@ -139,6 +140,7 @@ class AdvantageBatch:
     returns: Optional[Tensor] = None
     lengths: Optional[Tensor] = None
     baseline: Optional[Tensor] = None
+    values: Optional[Tensor] = None
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
