@@ -189,7 +189,7 @@ def test_random_agent_plays_meaningful_turns():
     agent = RandomAgent(e, seed=0)
     recs = play_records([e], agent, [(s, s) for s in range(30)])
     assert sum(r.search_count for r in recs) > 10  # it searches
-    assert all(r.turns <= 4 for r in recs)
+    assert all(r.turns <= 5 for r in recs)  # max_turns=4 search rounds + the final turn (Search-R1)
 
 
 def test_random_action_uses_the_given_task():
