@@ -205,7 +205,7 @@ class WebShopBrowserEnv(WebShopEnvBase):
                 self._navigate(back)
             box = self.driver.find_element("id", "search_input")
             self.driver.execute_script("arguments[0].value = arguments[1];", box, arg)
-            self._navigate(state["clickables"][SEARCH_BUTTON.lower()])
+            self._navigate(self._state["clickables"][SEARCH_BUTTON.lower()])
             return StepResult(self._obs(), tool="search", info=self._extra())
         if name == "click" and arg is not None:
             key = arg.lower()
