@@ -280,6 +280,9 @@ def evaluate(
             raise EvalError(f"asked for {n} tasks but split {split!r} of {config.env_id} has only {len(all_tasks)}")
         tasks = all_tasks[:n]
         data_hash = env_data_hash(all_tasks_env, config.env_id, tasks, env_kwargs)
+        # where the env's tasks come from (e.g. ALFWorld: "bundled" or the real data folder), if it says
+        source = getattr(all_tasks_env.unwrapped, "data_source", None)
+        data_source = str(source) if isinstance(source, str) and source else None
     finally:
         all_tasks_env.close()
 
@@ -354,6 +357,7 @@ def evaluate(
         agent=agent_info,
         env_id=config.env_id,
         data_hash=data_hash,
+        data_source=data_source,
         env_kwargs=env_kwargs,
         split=split,
         seeds=seeds,
@@ -377,6 +381,7 @@ def build_record(
     env_kwargs: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
     training: Mapping[str, Any] | None = None,
+    data_source: str | None = None,
 ) -> dict[str, Any]:
     """A finalised result record from per-episode outcomes (``EpisodeRecord.to_dict()`` rows with a
     ``seed``): aggregates them and stamps schema, time and ``record_id``. ``agent`` needs ``spec``,
@@ -388,7 +393,8 @@ def build_record(
     record: dict[str, Any] = {
         "stratagym_version": __version__,
         "agent": dict(agent),
-        "env": {"id": env_id, "version": env_version(env_id), "data_hash": data_hash, "kwargs": dict(env_kwargs or {})},
+        "env": {"id": env_id, "version": env_version(env_id), "data_hash": data_hash, "kwargs": dict(env_kwargs or {}),
+                **({"data_source": data_source} if data_source else {})},
         "split": split,
         "n_tasks": len({e["task_id"] for e in episodes}),
         "seeds": [int(s) for s in seeds],

@@ -35,6 +35,8 @@ class BoardTable:
 
     def __init__(self, env: str, split: str, metric: str, columns: list[str], rows: list[dict[str, Any]]):
         self.env, self.split, self.metric, self.columns, self.rows = env, split, metric, columns, rows
+        #: a "data" column (the records' ``env.data_source``: bundled or real data) when any row has one
+        self.show_data = any(r.get("data") for r in rows)
 
     @property
     def slug(self) -> str:
@@ -51,6 +53,7 @@ def board_tables(lb: Any) -> list[BoardTable]:
             metric = "success"
             ranked = lb.ranking(env, split, metric)
         wide = lb.dataframe(env, split).set_index("id")
+        sources = {rec.get("record_id"): str((rec.get("env") or {}).get("data_source") or "") for rec in lb.records(env, split)}
         present = [m for m in SECONDARY if m != metric and m in wide.columns]
         per_type = sorted(c for c in wide.columns if c.startswith("success/") and not c.endswith(("_ci_low", "_ci_high", "_seed_std")))
         extra = present + per_type
@@ -67,6 +70,7 @@ def board_tables(lb: Any) -> list[BoardTable]:
                 "seeds": ",".join(str(s) for s in r["seeds"]),
                 "created": str(r["created"])[:10],
                 "record_id": str(r["record_id"])[:12],
+                "data": sources.get(str(r["record_id"]), ""),
                 "extra": {},
             }
             for m in extra:
@@ -122,12 +126,14 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
     for t in tables:
         direction = "higher is better" if higher_is_better(t.metric) else "lower is better"
         out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`", "", f"Ranked by **{_md_escape(t.metric)}** ({direction}).", ""]
-        head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *t.columns, "date", "record"]]
+        data_col = ["data"] if t.show_data else []
+        head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *data_col, *t.columns, "date", "record"]]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---" for _ in head) + "|")
         for r in t.rows:
             cells = [str(r["rank"]), _md_escape(r["agent"]), _md_escape(r["algorithm"] or "-"), _cell(r["metric"]),
                      "-" if r["seed_std"] is None else _fmt(r["seed_std"]), str(r["n"]), _md_escape(r["seeds"]),
+                     *([_md_escape(r.get("data") or "-")] if t.show_data else []),
                      *[_cell(r["extra"].get(c)) or "-" for c in t.columns], _md_escape(r["created"]), f"`{_md_code(r['record_id'])}`"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
@@ -186,7 +192,8 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
         parts.append(f"<p>Ranked by <b>{e(t.metric)}</b>.</p>")
         parts.append(f'<table class="sortable board" id="board-{e(t.slug)}" data-env="{e(t.env)}" data-split="{e(t.split)}"><thead><tr>')
         heads = [("rank", ""), ("agent", "t"), ("algorithm", "t"), (t.metric, ""), ("seed std", ""), ("n", ""),
-                 ("seeds", "t"), *[(c, "") for c in t.columns], ("date", "t"), ("record", "t")]
+                 ("seeds", "t"), *([("data", "t")] if t.show_data else []), *[(c, "") for c in t.columns],
+                 ("date", "t"), ("record", "t")]
         parts.append("".join(f'<th class="{cls}" data-col="{e(h)}">{e(h)}</th>' for h, cls in heads))
         parts.append("</tr></thead><tbody>")
         for r in t.rows:
@@ -198,6 +205,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
                 ("-" if r["seed_std"] is None else _fmt(r["seed_std"]), "" if r["seed_std"] is None else repr(r["seed_std"]), ""),
                 (str(r["n"]), str(r["n"]), ""),
                 (r["seeds"], "", "t"),
+                *([(r.get("data") or "-", "", "t")] if t.show_data else []),
                 *[(_cell(r["extra"].get(c)) or "-", repr(r["extra"][c][0]) if c in r["extra"] else "", "") for c in t.columns],
                 (r["created"], "", "t"),
                 (r["record_id"], "", "t"),

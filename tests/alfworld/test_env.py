@@ -50,9 +50,9 @@ def test_walkthrough_transcript_reads_like_alfworld(planner_env, one_game_per_ty
     assert obs.startswith("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room.")
     assert "\n\nYour task is to: " in obs and obs.rstrip().endswith(".")
     assert info["task_type"] == "pick_heat_then_place_in_recep" and info["split"] == "train"
-    assert "help" not in info["admissible_actions"]
+    assert "help" in info["admissible_actions"]  # stock ALFWorld lists it
     assert {"look", "inventory"} <= set(info["admissible_actions"])
-    assert all(a.startswith(("go to ", "look", "inventory")) for a in info["admissible_actions"])
+    assert all(a.startswith(("go to ", "look", "inventory", "help")) for a in info["admissible_actions"])
     seen = []
     done = False
     while not done:
@@ -81,7 +81,7 @@ def test_random_agent_loses_at_the_step_limit(one_game_per_type):
         env.close()
 
 
-def test_invalid_text_says_nothing_happens_and_help_is_hidden():
+def test_invalid_text_says_nothing_happens_and_help_is_listed():
     env = gym.make(ENV_ID)
     try:
         obs0, info0 = env.reset(seed=1)
@@ -89,8 +89,8 @@ def test_invalid_text_says_nothing_happens_and_help_is_hidden():
         assert obs == "Nothing happens." and info["action_valid"] is False and not term
         assert info["admissible_actions"] == info0["admissible_actions"]
         assert info["state_hash"] != info0["state_hash"]  # the observation changed
-        obs, r, term, trunc, info = env.step("help")  # the engine's own command: accepted, but not listed
-        assert info["action_valid"] and "Available commands:" in obs and "help" not in info["admissible_actions"]
+        obs, r, term, trunc, info = env.step("help")  # the engine's own command, listed as stock lists it
+        assert info["action_valid"] and "Available commands:" in obs and "help" in info["admissible_actions"]
         target = info["admissible_actions"][0]
         obs, r, term, trunc, info = env.step("  " + target.upper().replace(" ", "   ") + "\n")
         assert info["action_valid"] and obs != "Nothing happens."

@@ -5,7 +5,8 @@ games; see :mod:`stratagym.envs.alfworld.games`). The first observation is ALFWo
 overview + "Your task is to: ..."), each step's observation is the engine's feedback, exactly as
 ALFWorld prints them. ``info`` carries, besides the standard keys:
 
-* ``admissible_actions`` -- ALFWorld's admissible commands without "help";
+* ``admissible_actions`` -- ALFWorld's admissible commands, "help" included as stock ALFWorld lists it
+  (``hide_help=True`` leaves it out, as stratagym did before 2026-11-23);
 * ``task_type`` -- one of the six ALFWorld task types (success per type = mean ``won`` per type);
 * ``split`` -- train / in_distribution / out_of_distribution;
 * ``expert_action`` -- only when built with ``expert="planner"`` or ``"handcoded"``: that expert's
@@ -14,7 +15,12 @@ ALFWorld prints them. ``info`` carries, besides the standard keys:
 Actions are matched like TextWorld matches them, after collapsing whitespace and lower-casing; text
 that is not one of the game's commands is a normal, *invalid* step whose observation is the
 engine's "Nothing happens.". The reward is 1 on the step that wins (then the episode terminates);
-episodes are truncated after ``max_steps`` (50, as in ALFWorld evaluations).
+episodes are truncated after ``max_steps`` (50, as in ALFWorld evaluations). A step after the episode
+ended gets stratagym's "The episode is over" observation with reward 0 and ``action_valid=False``
+(stock ALFWorld repeats its last state); ``reset()`` is the way on.
+
+``env.data_source`` says where the games came from (``"bundled"`` or the data folder); eval records keep
+it, and the leaderboard shows it.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class ALFWorldEnv(TextEnv):
         ``"planner"`` or ``"handcoded"`` puts that expert's next command in ``info["expert_action"]``.
     fast:
         Use the memoised template parses (:mod:`~stratagym.envs.alfworld.speedups`); same transcripts.
+    hide_help:
+        Leave "help" out of ``info["admissible_actions"]`` (stock ALFWorld lists it; default False).
     """
 
     max_observation_chars = 16_384  # ALFWorld's longest texts (intro, help) are ~1-2k characters
@@ -65,6 +73,7 @@ class ALFWorldEnv(TextEnv):
         task_types: Sequence[str | int] | str | int | None = None,
         expert: str | None = None,
         fast: bool = True,
+        hide_help: bool = False,
         max_steps: int = 50,
         context_k: int = 4,
         render_mode: str | None = None,
@@ -72,6 +81,9 @@ class ALFWorldEnv(TextEnv):
         super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode)
         self.games: GameSet = resolve_games(split, data_path, task_types)
         self.split = self.games.split
+        #: where the games come from: "bundled" (generated) or the ALFWorld data folder (records keep it)
+        self.data_source = self.games.source
+        self.hide_help = bool(hide_help)
         self.expert = expert
         self._ids = tuple(e.task_id for e in self.games.entries)
         self._by_id = self.games.by_id()
@@ -115,7 +127,8 @@ class ALFWorldEnv(TextEnv):
     def admissible_actions(self) -> list[str] | None:
         if self._state is None:
             return None
-        return [c for c in self._state.admissible_commands if c != "help"]
+        commands = list(self._state.admissible_commands)
+        return [c for c in commands if c != "help"] if self.hide_help else commands
 
     def invalid_action_result(self, problem: str) -> StepResult:
         # Unusable text (wrong type, too long) reads like any other command the game does not know.

@@ -290,8 +290,9 @@ def resolve_games(split: str = "train", data_path: str | Path | None = None,
                   task_types: Sequence[str | int] | str | int | None = None) -> GameSet:
     """The games of ``split``.
 
-    ``data_path``: None picks the real ALFWorld data when ``$ALFWORLD_DATA/json_2.1.1`` exists and the
-    bundled games otherwise; ``"bundled"`` forces the bundled games; a path may be an ALFWorld data
+    ``data_path``: None picks the real ALFWorld data when ``$ALFWORLD_DATA/json_2.1.1`` exists (and
+    raises :class:`ConfigError` if that data lacks the split's folder, rather than mixing sources) and
+    the bundled games otherwise; ``"bundled"`` forces the bundled games; a path may be an ALFWorld data
     root (with ``json_2.1.1``), a ``json_2.1.1`` folder, or a folder of game folders (used for every
     split, e.g. the output of ``stratagym alfworld generate``).
     """
@@ -301,8 +302,16 @@ def resolve_games(split: str = "train", data_path: str | Path | None = None,
     if data_path is None:
         user = paths.user_alfworld_data()
         root = _real_root(user) if user is not None else None
-        if root is not None and (root / paths.REAL_SPLIT_DIRS[split]).is_dir():
+        if root is not None:
             split_dir, source = root / paths.REAL_SPLIT_DIRS[split], str(user)
+            if not split_dir.is_dir():
+                # Falling back to the generated games here would mix real training data with generated
+                # evaluation games without a word: refuse, and say how to choose either explicitly.
+                raise ConfigError(
+                    f"ALFWORLD_DATA={user} holds real ALFWorld data but no {paths.REAL_SPLIT_DIRS[split]}/ folder "
+                    f"for split {split!r}; download it (alfworld-download) or choose the generated games "
+                    "explicitly with data_path='bundled' (results then say data_source 'bundled')"
+                )
         else:
             split_dir, source = materialise_bundled() / paths.REAL_SPLIT_DIRS[split], "bundled"
     elif str(data_path) == "bundled":
