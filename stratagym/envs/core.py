@@ -68,6 +68,8 @@ INFO_KEYS: tuple[str, ...] = (
     "score",
 )
 
+_INFO_KEY_SET = frozenset(INFO_KEYS)
+
 HASH_MASK = (1 << 63) - 1
 NO_CONTEXT = -1  # marks a history level that is not available yet (in algorithm tensors)
 
@@ -186,8 +188,15 @@ class ContextTracker:
 
     def push(self, observation: str) -> int:
         h = stable_hash(observation)
-        prev = self._levels
-        self._levels = [h] + [_combine2(prev[i], h) for i in range(min(len(prev), self.k))]
+        prev = self._levels[: self.k]
+        if prev:  # _combine2(p, h) for each level, inlined: this runs on every env step
+            tail, blake2b, mask = h.to_bytes(8, "little"), hashlib.blake2b, HASH_MASK
+            self._levels = [h] + [
+                int.from_bytes(blake2b(b"ctx:" + p.to_bytes(8, "little") + tail, digest_size=8).digest(), "little") & mask
+                for p in prev
+            ]
+        else:
+            self._levels = [h]
         return h
 
     @property
@@ -440,8 +449,8 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         return observation if len(observation) <= self.max_observation_chars else observation[: self.max_observation_chars]
 
     def _info(self, *, action_valid: bool, won: bool, score: float, extra: dict[str, Any]) -> dict[str, Any]:
-        clash = set(extra) & set(INFO_KEYS)
-        if clash:
+        if not _INFO_KEY_SET.isdisjoint(extra):
+            clash = set(extra) & _INFO_KEY_SET
             raise RuntimeError(f"{type(self).__name__} tried to override standard info keys {sorted(clash)}")
         info: dict[str, Any] = {
             "task_id": self._task_id,

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""SearchQA with bm25s: the retriever's speed-up from the lean query tokenizer, and the env's overhead.
+
+    OMP_NUM_THREADS=1 python benchmarks/searchqa_env.py [--passages 100000] [--repeats 3] [--clock cpu|wall]
+
+On a generated invented-world corpus (the bundled benchmark's generator, scaled to ``--passages``):
+
+1. **retriever**: one query at a time, bm25s's own query path (``bm25s.tokenize`` + ``get_tokens_ids``,
+   what ``BM25sRetriever`` ran before) against the lean :class:`QueryTokenizer` path, same scoring and
+   top-k after it; alternating, ``--repeats`` times; ratio with its range. The rankings are compared
+   for every query (the script exits 1 if any differs).
+2. **env overhead**: oracle episodes (every hop's query, then the answer) through ``SearchQAEnv`` with
+   the retriever wrapped in a timer; overhead per search step = step time minus the retriever's own
+   time (wall clock per step, medians over the steps), as a share of the retriever's time (the issue's
+   goal: < 10 %), for the lean retriever and, for reference, for the stock query path; alternating,
+   ``--repeats`` times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# CPU time of this process by default: on a shared, busy machine wall time mostly measures the wait
+# for a core; --clock wall switches back.
+CLOCK = time.process_time
+sys.path.insert(0, str(REPO))
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_search_qa_data", REPO / "scripts" / "make_search_qa_data.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["make_search_qa_data"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def spread(values, fmt="{:.1f}") -> str:
+    return f"{fmt.format(statistics.mean(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--passages", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--episodes", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    import bm25s
+
+    from stratagym.envs.search_qa.data import load_corpus, load_qa
+    from stratagym.envs.search_qa.env import SearchQAEnv
+    from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
+    from stratagym.envs.search_qa.retrievers.bm25 import BM25sRetriever, top_k_positive
+
+    print(f"# SearchQA env + bm25s (clock: {args.clock}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
+    tmp = Path(tempfile.mkdtemp(prefix="stratagym-sqa-bench-"))
+    t0 = CLOCK()
+    _generator().generate(tmp, scale=args.passages / 2791, n_test=max(500, args.episodes), n_train=10)
+    corpus = load_corpus(tmp / "corpus.jsonl")
+    questions = load_qa(tmp / "test.jsonl")
+    t1 = CLOCK()
+    lean = BM25sRetriever(corpus)
+    print(f"corpus: {len(corpus)} passages (generated in {t1 - t0:.1f}s, indexed in {CLOCK() - t1:.1f}s)")
+    queries = [q for ex in questions for q in ex.oracle_queries][: args.queries]
+
+    class StockPath(Retriever):
+        """The same index searched with bm25s's own query tokenizer (BM25sRetriever before the lean one)."""
+
+        backend = "bm25s-stock-tokenizer"
+
+        def batch_search(self, qs, k=3):
+            tokens = bm25s.tokenize(list(qs), stopwords="en", stemmer=lean._stemmer, return_ids=False, show_progress=False)
+            out = []
+            for query_tokens in tokens:
+                ids = lean._model.get_tokens_ids(query_tokens)
+                if not ids:
+                    out.append([])
+                    continue
+                scores = lean._model.get_scores_from_ids(ids)
+                out.append([Hit(corpus.ids[d], corpus.contents[d], s) for d, s in top_k_positive(scores, k)])
+            return out
+
+    stock = StockPath()
+    same = all([(h.id, h.score) for h in a] == [(h.id, h.score) for h in b]
+               for q in queries for a, b in [(lean.batch_search([q], 3)[0], stock.batch_search([q], 3)[0])])
+    print(f"rankings identical (ids and scores, top-3, {len(queries)} queries): {same}")
+
+    def qps(r) -> float:
+        t = CLOCK()
+        for q in queries:
+            r.batch_search([q], 3)
+        return len(queries) / (CLOCK() - t)
+
+    rates = {"stock": [], "lean": []}
+    for i in range(args.repeats):
+        for name in (("stock", "lean") if i % 2 == 0 else ("lean", "stock")):
+            rates[name].append(qps(stock if name == "stock" else lean))
+    speedup = [b / a for a, b in zip(rates["stock"], rates["lean"])]
+    print(f"\nretriever, one query at a time: bm25s tokenizer {spread(rates['stock'], '{:.0f}')} q/s, lean "
+          f"{spread(rates['lean'], '{:.0f}')} q/s: {spread(speedup, '{:.2f}')}x")
+
+    class Timed(Retriever):
+        """Records the wall time of each retriever call (perf_counter: ~0.1 us per reading here, where
+        reading the process CPU clock costs ~4 us, as much as a tenth of what is measured)."""
+
+        def __init__(self, inner):
+            self.inner, self.last, self.backend = inner, 0.0, inner.backend
+
+        def batch_search(self, qs, k=3):
+            t = time.perf_counter()
+            try:
+                return self.inner.batch_search(qs, k)
+            finally:
+                self.last = time.perf_counter() - t
+
+    episodes = questions[: args.episodes]
+
+    def overhead(inner) -> tuple[float, float, float]:
+        """Median env overhead per search step (step minus its retriever call) as % of the median
+        retriever call, and both medians in us. Medians, because on a shared machine a few steps are
+        interrupted by other jobs and their wall time says nothing about the code."""
+        timed = Timed(inner)
+        env = SearchQAEnv(dataset=str(tmp / "test.jsonl"), split="test", retriever=timed)
+        extra, retrieval = [], []
+        for ex in episodes:
+            env.reset(options={"task_id": ex.id})
+            for q in ex.oracle_queries:
+                action = f"<think>hop</think>\n<search> {q} </search>"
+                t = time.perf_counter()
+                env.step(action)
+                dt = time.perf_counter() - t
+                extra.append(dt - timed.last)
+                retrieval.append(timed.last)
+            env.step(f"<answer> {ex.golden_answers[0]} </answer>")
+        env.close()
+        e, r = statistics.median(extra), statistics.median(retrieval)
+        return 100 * e / r, 1e6 * e, 1e6 * r
+
+    res = {"lean": [], "stock": []}
+    for i in range(args.repeats):
+        for name in (("lean", "stock") if i % 2 == 0 else ("stock", "lean")):
+            res[name].append(overhead(lean if name == "lean" else stock))
+    print(f"\nenv overhead per search step ({len(episodes)} oracle episodes, "
+          f"{sum(len(ex.oracle_queries) for ex in episodes)} searches per repeat):")
+    for name, label in (("lean", "lean tokenizer (default)"), ("stock", "bm25s tokenizer (before)")):
+        pct = [x[0] for x in res[name]]
+        us = [x[1] for x in res[name]]
+        ret = [x[2] for x in res[name]]
+        print(f"  {label:26s}: {spread(pct)} % of the retriever's time (medians per step: {spread(us, '{:.0f}')} us "
+              f"of env code over {spread(ret, '{:.0f}')} us of retrieval)")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
