@@ -154,7 +154,9 @@ def _build_think_action(observation: str, info: dict[str, Any], history: Sequenc
         lines.append(f"You are now at step {len(history) + 1} and your current observation is: {observation.strip()}")
     else:
         lines.append(f"Your current observation is: {observation.strip()}")
-    admissible = info.get("admissible_actions")
+    # verl-agent's ALFWorld manager leaves "help" out of the prompt's list (``if s != 'help'``), though
+    # the env lists it as stock ALFWorld does
+    admissible = [a for a in info.get("admissible_actions") or [] if a != "help"]
     if admissible:
         lines.append("Your admissible actions of the current situation are: [" + ", ".join(f"'{a}'" for a in admissible) + "].")
     lines.append(

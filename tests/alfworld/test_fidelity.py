@@ -124,3 +124,12 @@ def test_acting_after_the_end_is_a_documented_stratagym_message():
         assert obs.startswith("The episode is over") and r == 0.0 and info["action_valid"] is False
     finally:
         env.close()
+
+
+def test_prompt_leaves_help_out_as_verl_agent_does():
+    """verl-agent ``agent_system/environments/env_manager.py`` (``AlfWorldEnvironmentManager.build_text_obs``):
+    the prompt lists ``f"'{s}'" for s in admissible_actions[i] if s != 'help'``; the env's info keeps it."""
+    from stratagym.agents.prompts import THINK_ACTION
+
+    (msg,) = THINK_ACTION.build("You are in a room.", {"admissible_actions": ["go to desk 1", "help", "look"]}, [], 2)
+    assert "'help'" not in msg["content"] and "['go to desk 1', 'look']" in msg["content"]
