@@ -113,7 +113,6 @@ def _search_r1_app(index_dir: str):
 
     app = FastAPI()
 
-    @app.post("/retrieve")
     def retrieve(request: QueryRequest):  # a plain def, like Search-R1's: FastAPI runs it on a thread pool
         num = request.topk or 3
         results, scores = [], []
@@ -126,6 +125,9 @@ def _search_r1_app(index_dir: str):
             out.append([{"document": d, "score": x} for d, x in zip(docs, sc)] if request.return_scores else docs)
         return {"result": out}
 
+    # this module has `from __future__ import annotations`: FastAPI must see the model class itself
+    retrieve.__annotations__["request"] = QueryRequest
+    app.post("/retrieve")(retrieve)
     return app
 
 
