@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import deque
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -773,6 +773,12 @@ class HADW:
 
     ``anchor="window"`` (official code): ``C`` = mean of a deque of the last ``window`` (10)
     batch-mean rewards with the current batch appended BEFORE use; ``lam = 1.5``.
+
+    ``reduce_mean`` (a hook for data-parallel trainers; ``None`` = this batch is the whole batch): given
+    this process's rewards, return the mean reward over the GLOBAL batch, or ``None`` when no process
+    has a row. Each process then moves its anchor identically, as one process would on the global
+    batch. It is a collective: every process calls it once per batch, also a process with no rows.
+    Group means ``p_hat`` stay local, which is exact when whole groups live on one process.
     """
 
     def __init__(
@@ -799,6 +805,7 @@ class HADW:
         self.window = int(window)
         self.sigma_source = sigma_source
         self.init_anchor = None if init_anchor is None else float(init_anchor)
+        self.reduce_mean: Optional[Callable[[Tensor], Optional[float]]] = None
         self.reset()
 
     # -- state
@@ -874,11 +881,17 @@ class HADW:
         n = adv.shape[0]
         r = check_rewards(rewards, "rewards", n)
         check_ids(group, "group", n)
-        if n == 0:
+        if self.reduce_mean is not None:
+            y_global = self.reduce_mean(as_compute(r))  # before any early return: it is a collective
+            if y_global is None:
+                return adv.clone()
+            y = float(y_global)
+        elif n == 0:
             return adv.clone()
-        y = float(as_compute(r).mean())
+        else:
+            y = float(as_compute(r).mean())
         c, nxt = self._anchor_and_next(y)
-        phi = self.weights(adv, r, group, c)
+        phi = self.weights(adv, r, group, c) if n else torch.ones(0, dtype=torch.float64)
         if update:
             self._hist = nxt["history"]
             self.anchor = nxt["anchor"]

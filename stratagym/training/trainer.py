@@ -187,6 +187,7 @@ class Trainer:
         self._policy_spec = dict(config.policy)
         self.policy = policy if policy is not None else build_policy(self._policy_spec)
         self.estimator = get_estimator(config.algorithm.estimator, **dict(config.algorithm.estimator_kwargs))
+        share_batch_statistics(self.estimator, self.accelerator)
         self.reference = self.policy.frozen_copy() if config.loss.kl_coef > 0 else None
         self.rng = np.random.default_rng(tc.seed)
         self.step = 0
@@ -301,10 +302,7 @@ class Trainer:
                       format_reward=cfg.algorithm.format_reward, reward_scale=cfg.algorithm.reward_scale)
         rows, sample_row, samples = to_advantage_batch(batch, self.estimator.level)
         metrics: dict[str, float] = {}
-        if len(rows) == 0:
-            adv_rows = torch.zeros(0)
-        else:
-            adv_rows = self.estimator(rows)
+        adv_rows = estimate_advantages(self.estimator, rows)
         adv = adv_rows[sample_row] if len(samples) else torch.zeros(0)
         metrics["adv/mean"] = float(adv.mean()) if adv.numel() else 0.0
         metrics["adv/std"] = float(adv.std()) if adv.numel() > 1 else 0.0
@@ -484,6 +482,40 @@ class Trainer:
         if self._eval_collector is not None:
             self._eval_collector.close()
         self.log.close()
+
+
+def share_batch_statistics(estimator: Any, accelerator: Any) -> None:
+    """In a data-parallel run, make estimator state that depends on the batch follow the GLOBAL batch.
+
+    Each process rolls out whole groups (``_sample_tasks`` hands it whole tasks, and the collector plays
+    all G episodes of a task in that process), so per-group statistics are exact locally. HA-DW's anchor
+    is not per group: it moves with the batch's mean reward, and from each process's own batch N
+    processes would hold N different anchors. Its ``reduce_mean`` hook sums (reward, count) over the
+    processes, so every process moves its anchor exactly as one process would on the global batch.
+    """
+    hadw = getattr(estimator, "hadw", None)
+    if hadw is None or accelerator.num_processes == 1:
+        return
+
+    def reduce_mean(rewards: torch.Tensor) -> Optional[float]:
+        local = torch.tensor([float(rewards.double().sum()), float(rewards.numel())], dtype=torch.float64,
+                             device=accelerator.device)
+        total = accelerator.reduce(local, reduction="sum")
+        return None if float(total[1]) == 0 else float(total[0]) / float(total[1])
+
+    hadw.reduce_mean = reduce_mean
+
+
+def estimate_advantages(estimator: Any, rows: Any) -> torch.Tensor:
+    """``estimator(rows)``; a process with no rows (all its episodes failed) still joins HA-DW's
+    collective (see :func:`share_batch_statistics`), or the other processes would wait in it forever,
+    and still moves its anchor with theirs."""
+    if len(rows) == 0:
+        hadw = getattr(estimator, "hadw", None)
+        if hadw is not None and hadw.reduce_mean is not None:
+            hadw(torch.zeros(0), torch.zeros(0), torch.zeros(0, dtype=torch.long))
+        return torch.zeros(0)
+    return estimator(rows)
 
 
 def _adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:

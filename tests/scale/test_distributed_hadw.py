@@ -1,0 +1,68 @@
+"""HA-DW's anchor from the global batch across processes (issue 16 item 3).
+
+``_dist_hadw.py`` feeds the same 5 global batches to HA-DW in 1 process and in 2 CPU processes
+(gloo), each process holding whole groups (uneven splits, and batches where one process has no row).
+With the trainer's ``share_batch_statistics`` hook the 2-process anchors, anchor state and gathered
+advantages equal the 1-process ones; without it (each process's own batch, the old behaviour) they do
+not -- so the comparison has teeth.
+
+Launcher: ``accelerate launch --multi_gpu --num_processes 2`` (torchrun underneath; ``Accelerator(cpu=True)``
+picks gloo). ``accelerate launch --cpu --num_processes 2`` starts ONE process in accelerate 1.x: its
+simple launcher only fans out through ``mpirun`` (accelerate/utils/launch.py,
+``prepare_simple_launcher_cmd_env``), so the run also asserts it really had 2 processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("accelerate")
+
+SCRIPT = Path(__file__).with_name("_dist_hadw.py")
+SPECS = ["grpo+hadw", "stratified+hadw/window"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def accelerate_launch(args: list[str], num_processes: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``accelerate launch`` with 2 CPU processes on a free rendezvous port, one thread each."""
+    exe = Path(sys.executable).with_name("accelerate")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [str(exe), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_two_processes_move_the_anchor_like_one(tmp_path):
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    r1 = subprocess.run([sys.executable, str(SCRIPT), str(one)], capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = accelerate_launch([str(SCRIPT), str(two)])
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert a["num_processes"] == 1 and b["num_processes"] == 2
+    assert b["states_agree"]  # both processes hold the same anchor state after every batch
+    for name in SPECS:
+        x, y = a[name], b[name]
+        assert len(y["anchors"]) == 5
+        assert all(math.isclose(p, q, rel_tol=0, abs_tol=1e-12) for p, q in zip(x["anchors"], y["anchors"]))
+        for ga, gb in zip(x["advantages"], y["advantages"]):
+            assert len(ga) == len(gb)
+            assert all(math.isclose(p, q, rel_tol=1e-12, abs_tol=1e-12) for p, q in zip(ga, gb))
+        assert x["state"]["history"] == pytest.approx(y["state"]["history"], abs=1e-12)
+        # each process alone (no hook) sees only its half: its anchors are not the global ones
+        assert any(abs(p - q) > 1e-6 for p, q in zip(x["anchors"], y["alone_anchors"]))
