@@ -109,7 +109,7 @@ def _recipe(tmp_path: Path, out: Path, steps: int) -> Path:
     data = {
         "name": "resume",
         "policy": {"model": "tiny", "max_new_tokens": 16, "memory_k": 1},
-        "env": {"id": RESUME_ENV, "kwargs": {"max_turns": 2}},
+        "env": {"id": RESUME_ENV, "kwargs": {"max_turns": 1}},  # 1 search round + the final turn
         "rollout": {"group_size": 2, "tasks_per_step": 2},
         "algorithm": {"estimator": "stratified+hadw", "estimator_kwargs": {"alpha": 0.6}, "format_reward": 0.1,
                       "invalid_action_penalty": 0.05},

@@ -23,7 +23,7 @@ from tests.trainer.conftest import available
 
 ESTIMATORS = ["grpo", "dr_grpo", "rloo", "stratified", "gigpo", "hgpo", "stratified+hadw", "hgpo+hadw"]
 ENVS = {
-    "stratagym/SearchQA-v0": {"max_turns": 2},
+    "stratagym/SearchQA-v0": {"max_turns": 1},  # Search-R1 meaning: 1 search round + the final turn
     "stratagym/WebShop-v0": {"max_steps": 2},
     "stratagym/ALFWorld-v0": {"max_steps": 2},
     "stratagym/CueCorridor-v0": {},
@@ -99,7 +99,7 @@ def test_advantages_drive_the_policy_gradient(tmp_path):
     env = "stratagym/SearchQA-v0"
     if not available(env):
         pytest.skip("SearchQA not available")
-    cfg = _config(env, {"max_turns": 1}, str(tmp_path / "r"), **{"loss.kl_coef": 0.0, "loss.entropy_coef": 0.0,
+    cfg = _config(env, {"max_turns": 0}, str(tmp_path / "r"), **{"loss.kl_coef": 0.0, "loss.entropy_coef": 0.0,
                                                                   "optim.lr": 5.0e-3, "rollout.group_size": 4})
     trainer = Trainer(cfg)
     try:
