@@ -112,11 +112,64 @@ def _load_plugins() -> None:
         module.register(app, GROUPS)
 
 
+#: Exceptions that mean "what the user asked for cannot be done" (module, class): printed as one
+#: message and exit code 2, never a traceback, whichever command raised them. A class is only looked
+#: up when its module is already imported (a raised exception's module always is), so this costs nothing.
+USER_ERRORS = (
+    ("stratagym.errors", "ConfigError"),
+    ("stratagym.eval.records", "RecordError"),
+    ("stratagym.eval.agents", "AgentSpecError"),
+    ("stratagym.eval.harness", "EvalError"),
+    ("stratagym.eval.suite", "SuiteError"),
+    ("stratagym.leaderboard.validate", "SubmissionError"),
+    ("stratagym.bench.runner", "BenchError"),
+    ("gymnasium.error", "NamespaceNotFound"),
+    ("gymnasium.error", "NameNotFound"),
+    ("gymnasium.error", "VersionNotFound"),
+    ("gymnasium.error", "DeprecatedEnv"),
+)
+
+
+def user_error_message(exc: BaseException) -> str | None:
+    """The message to print for ``exc`` if it is a user error (see :data:`USER_ERRORS`), else None.
+
+    Unknown env ids get the close matches among registered envs; an unknown env keyword argument gets
+    the list of valid ones (gymnasium re-raises the constructor's TypeError naming the env id).
+    """
+    from stratagym.eval.hints import env_kwarg_message, unknown_env_message
+
+    kwarg = env_kwarg_message(exc)
+    if kwarg is not None:
+        return kwarg
+    if isinstance(exc, (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)) and exc.filename:
+        # a path the user gave that cannot be used as asked (an output folder that is a file, ...)
+        return f"{exc.strerror}: {str(exc.filename)!r}; check the path or choose another"
+    for module, name in USER_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            if module == "gymnasium.error":
+                return unknown_env_message(str(exc))
+            return str(exc).strip('"') or type(exc).__name__
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    """Entry point of the ``stratagym`` console script."""
+    """Entry point of the ``stratagym`` console script.
+
+    Every command runs inside one error boundary: a user error (:data:`USER_ERRORS`) prints
+    ``error: <message>`` on stderr and exits with code 2; anything else is a bug and keeps its traceback.
+    """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _load_plugins()
-    app(args=argv if argv is not None else sys.argv[1:], prog_name="stratagym")
+    try:
+        app(args=argv if argv is not None else sys.argv[1:], prog_name="stratagym")
+    except Exception as exc:
+        message = user_error_message(exc)
+        if message is None:
+            raise
+        sys.stderr.write("error: " + message.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
+        sys.stderr.flush()
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

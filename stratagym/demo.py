@@ -6,10 +6,10 @@ import time
 
 import gymnasium as gym
 from rich.console import Console
-from rich.table import Table
 
 import stratagym
 from stratagym.agents.scripted import ScriptedPolicy
+from stratagym.display import esc, print_table
 from stratagym.errors import ConfigError
 from stratagym.envs.registry import agent_env_kwargs, make_agent, scripted_agent_names
 from stratagym.eval.episodes import EpisodeRecord
@@ -20,19 +20,17 @@ def run_scripted_demo(*, episodes: int = 8, seed: int = 0, console: Console | No
     """Play ``episodes`` episodes per (env, scripted agent); print and return the rows."""
     console = console or Console()
     rows = []
-    table = Table(title=f"stratagym scripted demo ({episodes} episodes each, seed {seed})")
-    for col in ("env", "agent", "mean reward", "success", "mean score", "turns", "searches", "valid", "s/episode"):
-        table.add_column(col)
+    cells: list[list[str]] = []  # printed by print_table: env ids whole also when piped (make demo logs)
     for spec in stratagym.list_envs():
         if not spec.available:
-            console.print(f"[yellow]skip[/yellow] {spec.id}: {spec.availability()}")
+            console.print(f"[yellow]skip[/yellow] {spec.id}: {esc(spec.availability())}")
             continue
         n_envs = min(batch, spec.max_parallel or batch)
         for name in scripted_agent_names(spec.id):
             try:
                 envs = [gym.make(spec.id, **agent_env_kwargs(spec.id, name)) for _ in range(n_envs)]
             except ConfigError as exc:  # e.g. data not built: say why and go on with the others
-                console.print(f"[yellow]skip[/yellow] {spec.id} ({name}): {exc}")
+                console.print(f"[yellow]skip[/yellow] {spec.id} ({name}): {esc(exc)}")
                 break
             try:
                 agent = ScriptedPolicy(make_agent(spec.id, name, envs[0], seed=seed))
@@ -55,13 +53,14 @@ def run_scripted_demo(*, episodes: int = 8, seed: int = 0, console: Console | No
                     "s_per_episode": dt,
                 }
                 rows.append(row)
-                table.add_row(
+                cells.append([
                     spec.id, name, f"{row['mean_reward']:.3f}", f"{row['success']:.2f}", f"{row['mean_score']:.3f}",
                     f"{row['turns']:.1f}", f"{row['searches']:.2f}", f"{row['valid']:.2f}", f"{dt:.3f}",
-                )
+                ])
             finally:
                 for env in envs:
                     env.close()
-    console.print(table)
+    print_table(console, f"stratagym scripted demo ({episodes} episodes each, seed {seed})",
+                ["env", "agent", "mean reward", "success", "mean score", "turns", "searches", "valid", "s/episode"], cells)
     return rows
 

@@ -70,27 +70,25 @@ def default_out(agent_label: str, env_id: str, split: str | None, n: int | None 
     return DEFAULT_OUT_DIR / ("__".join(parts) + ".json")
 
 
-def summary_table(records: list[dict[str, Any]], title: str) -> Any:
-    """A compact rich table: one row per record with its primary metric, 95% CI and seed spread."""
-    from rich.table import Table
-
+def print_summary(console: Any, records: list[dict[str, Any]], title: str) -> None:
+    """One row per record with its primary metric, 95% CI and seed spread: a rich table on a terminal, a
+    plain one when piped (:func:`stratagym.display.print_table`); labels are printed literally."""
+    from stratagym.display import print_table
     from stratagym.eval.aggregate import primary_metric
 
-    table = Table(title=title)
-    for col in ("agent", "env", "split", "episodes", "metric", "value", "95% CI", "seed std"):
-        table.add_column(col, overflow="fold")
+    rows = []
     for r in records:
         pm = primary_metric(r["env"]["id"])
         if pm not in r["metrics"]:
             pm = "success"
         m = r["metrics"][pm]
         spread = r.get("across_seeds", {}).get(pm)
-        table.add_row(
+        rows.append([
             r["agent"]["label"], r["env"]["id"].split("/")[-1], r["split"], str(r["n_episodes"]), pm,
             f"{m['value']:.4g}", f"[{m['ci_low']:.3g}, {m['ci_high']:.3g}]",
             f"{spread['std']:.3g} ({spread['n_seeds']})" if spread else "-",
-        )
-    return table
+        ])
+    print_table(console, title, ["agent", "env", "split", "episodes", "metric", "value", "95% CI", "seed std"], rows)
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -122,7 +120,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from stratagym.eval.harness import EvalConfig, EvalError, evaluate
         from stratagym.eval.suite import EvalEntry, SuiteError, load_suite
 
-        console = Console(stderr=True)
+        from stratagym.display import esc
+
+        console = Console(stderr=True, soft_wrap=True)
         try:
             spec = parse_agent_spec(agent)
             seed_list = parse_seeds(seeds) if seeds is not None else [0]
@@ -152,11 +152,11 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 )
                 record = evaluate(cfg, out=target, resume=resume, progress=not quiet)
                 records.append(record)
-                console.print(f"[green]wrote[/green] {target}")
+                console.print(f"[green]wrote[/green] {esc(target)}")
         except (AgentSpecError, EvalError, SuiteError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(2) from None
-        Console().print(summary_table(records, f"eval of {agent}"))
+        print_summary(Console(), records, f"eval of {agent}")
         if submit:
             from stratagym.leaderboard.store import Leaderboard, SubmissionError
 
@@ -164,9 +164,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             for r in records:
                 try:
                     rid = lb.submit(r)
-                    console.print(f"[green]submitted[/green] {r['record_id'][:12]} as #{rid} to {lb.url}")
+                    console.print(f"[green]submitted[/green] {r['record_id'][:12]} as #{rid} to {esc(lb.url)}")
                 except SubmissionError as exc:
-                    console.print(f"[red]rejected:[/red] {exc}")
+                    console.print(f"[red]rejected:[/red] {esc(exc)}")
                     raise typer.Exit(1) from None
 
     @app.command("bench")
@@ -182,13 +182,14 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from rich.console import Console
 
         from stratagym.bench.runner import BenchError, run_bench
+        from stratagym.display import esc
         from stratagym.eval.suite import SuiteError
 
-        console = Console()
+        console = Console(soft_wrap=True)
         try:
             result = run_bench(suite, board=board, board_dir=board_dir, runs_dir=runs_dir, resume=resume, progress=not quiet, console=console)
         except (BenchError, SuiteError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(2) from None
-        console.print(summary_table(result.records, f"bench {result.suite.name}: {len(result.records)} results"))
-        console.print(f"leaderboard: {result.markdown}  and  {result.html}")
+        print_summary(console, result.records, f"bench {result.suite.name}: {len(result.records)} results")
+        console.print(f"leaderboard: {esc(result.markdown)}  and  {esc(result.html)}")

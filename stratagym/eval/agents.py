@@ -4,7 +4,9 @@
 spec                           agent
 =============================  =====================================================================
 ``scripted:<name>``            a scripted agent the env declares (``oracle``, ``random``, ...)
-``<folder>``                   a checkpoint folder (HF ``save_pretrained`` + trainer files)
+``<folder>``                   a checkpoint: a training run folder (its newest complete checkpoint),
+                               ``<run>/checkpoints/latest``, ``<run>/checkpoints/step-N`` or
+                               ``<run>/checkpoints/step-N/policy`` (or any ``save_pretrained`` folder)
 ``hf:<name or folder>``        a transformers model by hub name (needs the hub: fails offline)
 ``openai:<model>@<url>``       a model served behind an OpenAI-compatible HTTP API
 =============================  =====================================================================
@@ -25,7 +27,7 @@ import gymnasium as gym
 
 from stratagym.eval.records import content_hash_path, content_hash_text
 
-__all__ = ["AgentSpec", "AgentSpecError", "parse_agent_spec", "build_agent"]
+__all__ = ["AgentSpec", "AgentSpecError", "parse_agent_spec", "build_agent", "resolve_checkpoint"]
 
 
 class AgentSpecError(ValueError):
@@ -47,7 +49,10 @@ class AgentSpec:
     @property
     def label(self) -> str:
         if self.kind == "checkpoint":
-            return Path(self.name).name or self.name
+            p = Path(self.name)
+            if p.name == "policy" and p.parent.name.startswith("step-") and p.parent.parent.name == CHECKPOINT_DIR:
+                return f"{p.parent.parent.parent.name}@{p.parent.name}"  # run@step-N, not "policy"
+            return p.name or self.name
         return self.raw
 
     def content_hash(self) -> str:
@@ -85,11 +90,73 @@ def parse_agent_spec(spec: str) -> AgentSpec:
             raise AgentSpecError(f"bad openai spec {spec!r}; write openai:<model>@<base url>, e.g. openai:qwen@http://127.0.0.1:8000/v1")
         return AgentSpec(spec, "openai", model, url=url)
     path = Path(os.path.expanduser(spec))
-    if path.is_dir():
-        return AgentSpec(spec, "checkpoint", str(path))
     if path.exists():
-        raise AgentSpecError(f"{spec!r} is a file; a checkpoint is a folder written by save_pretrained")
+        return AgentSpec(spec, "checkpoint", str(resolve_checkpoint(path)))
     raise AgentSpecError(f"unknown agent {spec!r}: not a folder and no known prefix; {_HELP}")
+
+
+#: The layout training writes (:mod:`stratagym.training.checkpoint`): ``<run>/checkpoints/{latest,
+#: step-N/{policy/, COMPLETE, ...}}``. Repeated here as names only, so parsing a spec imports no torch.
+CHECKPOINT_DIR = "checkpoints"
+_COMPLETE = "COMPLETE"
+_FORMS = ("a run folder, <run>/checkpoints/latest, <run>/checkpoints/step-N, <run>/checkpoints/step-N/policy, "
+          "or a folder written by save_pretrained (with config.json)")
+
+
+def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """The policy folder (``save_pretrained`` output) that ``path`` names, for each form a user may type:
+
+    * a folder with ``config.json`` or safetensors weights: that folder (``.../step-N/policy`` or any
+      HF model folder);
+    * ``.../step-N``: its ``policy/`` (refused without the ``COMPLETE`` marker: a half-written checkpoint);
+    * ``.../checkpoints/latest`` (the pointer file training writes) or ``.../checkpoints``: the checkpoint
+      the pointer names, else the highest complete step;
+    * a run folder (holding ``checkpoints/``): its newest complete checkpoint.
+    """
+    p = Path(path)
+    if p.is_file():
+        if p.name == "latest" and p.parent.name == CHECKPOINT_DIR:
+            return _newest(p.parent, str(path))
+        raise AgentSpecError(f"{str(path)!r} is a file; a checkpoint is {_FORMS}")
+    if (p / "config.json").is_file() or any(p.glob("*.safetensors")):
+        return p  # a model folder (save_pretrained output)
+    if (p / "policy").is_dir() and p.name.startswith("step-"):
+        if not (p / _COMPLETE).exists():
+            raise AgentSpecError(f"{str(path)!r} is an incomplete checkpoint (no {_COMPLETE} marker: its write was "
+                                 "interrupted); use another step or the run folder")
+        return _policy_of(p, str(path))
+    if p.name == CHECKPOINT_DIR and any(p.glob("step-*")):
+        return _newest(p, str(path))
+    if (p / CHECKPOINT_DIR).is_dir():
+        return _newest(p / CHECKPOINT_DIR, str(path))
+    raise AgentSpecError(f"{str(path)!r} is not a checkpoint (no config.json and no checkpoints/ inside); give {_FORMS}")
+
+
+def _newest(root: Path, typed: str) -> Path:
+    """The newest complete checkpoint under ``<run>/checkpoints`` (the ``latest`` pointer if it names a
+    complete one, else the highest complete ``step-N``), as its policy folder."""
+    pointer = root / "latest"
+    if pointer.is_file():
+        named = root / pointer.read_text(encoding="utf-8", errors="replace").strip()
+        if named.name.startswith("step-") and (named / _COMPLETE).exists():
+            return _policy_of(named, typed)
+    steps = []
+    for d in root.glob("step-*"):
+        try:
+            steps.append((int(d.name.split("-", 1)[1]), d))
+        except ValueError:
+            continue
+    complete = [d for _, d in sorted(steps) if (d / _COMPLETE).exists()]
+    if not complete:
+        raise AgentSpecError(f"{typed!r} holds no complete checkpoint yet (training writes one every train.save_every steps)")
+    return _policy_of(complete[-1], typed)
+
+
+def _policy_of(step_dir: Path, typed: str) -> Path:
+    policy = step_dir / "policy"
+    if not (policy / "config.json").is_file():
+        raise AgentSpecError(f"{typed!r}: checkpoint {step_dir.name} has no policy/config.json")
+    return policy
 
 
 def scripted_env_kwargs(spec: AgentSpec, env_id: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import gymnasium as gym
 
 from stratagym.eval.agents import AgentSpec, AgentSpecError, build_agent, parse_agent_spec, scripted_env_kwargs
 from stratagym.eval.aggregate import aggregate
+from stratagym.eval.hints import env_kwarg_message, unknown_env_message
 from stratagym.eval.episodes import EpisodeRecord
 from stratagym.training.rollout import InProcessPool, play
 from stratagym.eval.records import (
@@ -180,8 +181,8 @@ def _make_envs(env_id: str, count: int, kwargs: Mapping[str, Any]) -> list[gym.E
 
     try:
         spec = get_spec(env_id)
-    except KeyError as exc:
-        raise EvalError(str(exc).strip('"')) from None
+    except KeyError:
+        raise EvalError(unknown_env_message(env_id)) from None
     if not spec.available:
         raise EvalError(f"env {env_id} is not available here: {spec.availability()}")
     envs = []
@@ -191,7 +192,10 @@ def _make_envs(env_id: str, count: int, kwargs: Mapping[str, Any]) -> list[gym.E
     except TypeError as exc:
         for e in envs:
             e.close()
-        raise EvalError(f"cannot make {env_id} with {dict(kwargs)}: {exc}") from exc
+        message = env_kwarg_message(exc, env_id)
+        if message is None:  # a TypeError from inside the env is a bug: keep its traceback
+            raise
+        raise EvalError(message) from None
     except BaseException:
         for e in envs:
             e.close()
@@ -256,8 +260,8 @@ def evaluate(
 
     try:
         spec_env = get_spec(config.env_id)
-    except KeyError as exc:
-        raise EvalError(str(exc).strip('"')) from None
+    except KeyError:
+        raise EvalError(unknown_env_message(config.env_id)) from None
     env_kwargs = dict(config.env_kwargs)
     if config.split is not None:
         env_kwargs["split"] = config.split

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
+from stratagym.errors import ConfigError
 from stratagym.eval.records import utc_now
 from stratagym.leaderboard.schema import COLUMN_LENGTHS
 from stratagym.leaderboard.validate import SubmissionError, validate_record
@@ -92,6 +93,13 @@ def resolve_url(board: str | os.PathLike[str] | None) -> str:
     return f"sqlite:///{path}"
 
 
+def _hide_password(url: str) -> str:
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can parse: shown as given (it holds no parsed password)
+        return url
+
+
 def _is_locked(exc: BaseException) -> bool:
     msg = str(exc).lower()
     return "database is locked" in msg or "database is busy" in msg or "deadlock" in msg
@@ -109,17 +117,26 @@ class Leaderboard:
         validate: bool = True,
     ):
         self.url = resolve_url(url)
+        shown = _hide_password(self.url)
         self.known_envs = known_envs
         self.extra_splits = extra_splits
         self.validate = validate
         self.is_sqlite = self.url.startswith("sqlite")
-        if self.is_sqlite:
-            self.engine = sa.create_engine(self.url, connect_args={"timeout": 60, "isolation_level": None}, poolclass=sa.pool.NullPool)
-            event.listen(self.engine, "connect", _sqlite_on_connect)
-            event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
-        else:
-            self.engine = sa.create_engine(self.url, pool_pre_ping=True)
-        self._retry(lambda: metadata.create_all(self.engine), create=True)
+        try:
+            if self.is_sqlite:
+                self.engine = sa.create_engine(self.url, connect_args={"timeout": 60, "isolation_level": None}, poolclass=sa.pool.NullPool)
+                event.listen(self.engine, "connect", _sqlite_on_connect)
+                event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+            else:
+                self.engine = sa.create_engine(self.url, pool_pre_ping=True)
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
+            raise ConfigError(f"cannot use leaderboard URL {shown!r}: {exc}. Give a SQLite path or a URL such as "
+                              "postgresql+psycopg2://user@host:5432/board") from None
+        try:
+            self._retry(lambda: metadata.create_all(self.engine), create=True)
+        except (OperationalError, ProgrammingError) as exc:
+            raise ConfigError(f"cannot open the leaderboard at {shown!r}: {str(getattr(exc, 'orig', exc)).strip()}. "
+                              "Check the path or URL, that its folder exists and is writable, and that the server runs") from None
 
     def close(self) -> None:
         self.engine.dispose()

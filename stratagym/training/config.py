@@ -222,6 +222,7 @@ class RecipeConfig:
             raise ConfigError("train.save_every / train.eval_every must be >= 0 (0 = never)")
         if self.train.mixed_precision not in ("no", "bf16", "fp16"):
             raise ConfigError(f"train.mixed_precision must be no, bf16 or fp16, got {self.train.mixed_precision!r}")
+        check_output_dir("train.output_dir", self.train.output_dir)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,6 +240,17 @@ class RecipeConfig:
             policy["model"] = str(tiny_lm_path())
         cfg.policy = policy
         return cfg.validate()
+
+
+def check_output_dir(name: str, path: str | Path) -> None:
+    """Refuse an output folder that cannot be one: it, or a folder above it, is an existing file."""
+    p = Path(path).expanduser()
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                where = "is a file" if q == p else f"is inside {str(q)!r}, which is a file"
+                raise ConfigError(f"{name} {str(path)!r} {where}; give a folder path (it is created if missing)")
+            return
 
 
 def _positive(name: str, value: int) -> None:
