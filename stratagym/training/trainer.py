@@ -126,7 +126,14 @@ class _MetricsLog:
         """Drop rows of steps after ``step`` (they were lost with the process and will be redone)."""
         if not self.enabled or not self.path.exists():
             return
-        keep = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
+        keep = []
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a row torn by a kill mid-write: it belongs to a step that is redone
+                continue
+            if isinstance(row, dict) and row.get("step", 0) <= step:
+                keep.append(line)
         atomic_write_text(self.path, "".join(k + "\n" for k in keep))
 
     def log(self, row: dict[str, Any]) -> None:
@@ -446,9 +453,9 @@ class Trainer:
               on_step: Optional[Callable[[dict[str, Any]], None]] = None) -> list[dict[str, Any]]:
         """Run to ``train.total_steps`` (or ``max_steps`` more steps); returns this call's metric rows."""
         tc = self.config.train
-        if resume:
-            self._resume()
-        elif self.accelerator.is_main_process and (self.output_dir / "metrics.jsonl").exists():
+        resumed = self._resume() if resume else False
+        if not resumed and self.accelerator.is_main_process and (self.output_dir / "metrics.jsonl").exists():
+            # a fresh start, or --resume before the first checkpoint: every logged step is redone
             self.log.truncate_after(0)
         end = tc.total_steps if max_steps is None else min(tc.total_steps, self.step + max_steps)
         rows: list[dict[str, Any]] = []
