@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from stratagym.envs.core import EpisodeKey
 from stratagym.envs.webshop.agents import OracleAgent
 
 pytestmark = [
@@ -51,7 +52,7 @@ def test_oracle_script_gives_identical_trajectories(envs, task_index):
     _same(b, t)
     obs, info = t
     for _ in range(10):
-        action = agent.act([obs], [info])[0]
+        action = agent.act([obs], [info], [EpisodeKey(info["task_id"], None)])[0]
         b, t = browser.step(action), text.step(action)
         _same(b, t)
         obs, reward, term, trunc, info = t

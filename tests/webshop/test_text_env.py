@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.envs.core import ConfigError, stable_hash
+from stratagym.envs.core import ConfigError, EpisodeKey, stable_hash
 from stratagym.envs.webshop.agents import OracleAgent
 from stratagym.envs.webshop.text_env import WebShopTextEnv, parse_action
 
@@ -118,7 +118,7 @@ def test_oracle_scores_one_on_every_bundled_goal():
     for i in range(len(env.task_ids())):
         obs, info = env.reset(options={"task_index": i})
         for t in range(15):
-            obs, r, term, trunc, info = env.step(agent.act([obs], [info])[0])
+            obs, r, term, trunc, info = env.step(agent.act([obs], [info], [EpisodeKey(info["task_id"], None)])[0])
             if term or trunc:
                 break
         scores.append(r)
@@ -169,11 +169,11 @@ def test_random_shopper_searches_the_instruction_then_clicks():
         agent, rewards = RandomShopper(env, seed=3), []
         for i in range(10):
             obs, info = env.reset(options={"task_index": i})
-            first = agent.act([obs], [info])[0]
+            first = agent.act([obs], [info], [EpisodeKey(info["task_id"], None)])[0]
             assert first.startswith("search[") and "price lower than" not in first
             obs, r, term, trunc, info = env.step(first)
             while not (term or trunc):
-                obs, r, term, trunc, info = env.step(agent.act([obs], [info])[0])
+                obs, r, term, trunc, info = env.step(agent.act([obs], [info], [EpisodeKey(info["task_id"], None)])[0])
             rewards.append(r)
         runs.append(rewards)
     assert runs[0] == runs[1] and all(0.0 <= r <= 1.0 for r in runs[0])
