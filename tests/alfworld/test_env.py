@@ -14,7 +14,7 @@ from tests.helpers import play_records
 from stratagym.agents.scripted import RandomAgent
 from stratagym.envs.alfworld.agents import HandCodedExpertAgent, PlannerExpertAgent
 from stratagym.envs.alfworld.generator import TASK_TYPES
-from stratagym.envs.core import INFO_KEYS, ConfigError
+from stratagym.envs.core import INFO_KEYS, ConfigError, EpisodeKey
 from stratagym.envs.registry import agent_env_kwargs
 
 ENV_ID = "stratagym/ALFWorld-v0"
@@ -153,7 +153,7 @@ def test_expert_agent_without_env_kwargs_says_how_to_fix():
         _, info = env.reset(seed=0)
         assert "expert_action" not in info
         with pytest.raises(ConfigError, match="expert='planner'"):
-            PlannerExpertAgent(env).act(["x"], [info])
+            PlannerExpertAgent(env).act(["x"], [info], [EpisodeKey(info["task_id"], 0)])
     finally:
         env.close()
 

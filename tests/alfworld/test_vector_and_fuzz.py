@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import stratagym  # noqa: F401
 from stratagym.envs.alfworld.agents import PlannerExpertAgent
+from stratagym.envs.core import EpisodeKey
 
 ENV_ID = "stratagym/ALFWorld-v0"
 
@@ -62,7 +63,8 @@ def test_async_vector_env_group_plays_the_same_game():
         won = np.zeros(3, dtype=bool)
         agent = PlannerExpertAgent()
         for _ in range(50):
-            actions = agent.act(list(obs), [{"expert_action": a} for a in infos["expert_action"]])
+            actions = agent.act(list(obs), [{"expert_action": a} for a in infos["expert_action"]],
+                                [EpisodeKey(task_id, None, copy=i) for i in range(3)])
             assert len(set(actions)) == 1
             obs, rewards, term, trunc, infos = envs.step(actions)
             assert len(set(obs)) == 1 and len(set(rewards.tolist())) == 1
