@@ -5,6 +5,8 @@ Layout under ``<output_dir>/checkpoints/``::
     step-00000010/
         policy/              policy.save_pretrained(...)   (HF folder, safetensors)
         optimizer.pt         optimizer state_dict          (tensors only: torch.load(weights_only=True))
+        critic/              critic.save_pretrained(...)   (PPO with a critic only; safetensors)
+        critic_optimizer.pt  the critic's optimizer state  (PPO with a critic only)
         scheduler.pt         LR scheduler state_dict
         rng.pt               torch CPU (+ CUDA) generator states
         trainer_state.json   step, numpy/python RNG states, estimator state (HA-DW anchor history), config
@@ -120,8 +122,11 @@ def save_checkpoint(
     state: dict[str, Any],
     np_generator: Optional[np.random.Generator] = None,
     keep_last: int = 2,
+    critic: Any = None,
+    critic_optimizer: Optional[torch.optim.Optimizer] = None,
 ) -> Path:
-    """Write checkpoint ``step`` atomically; returns its folder. ``state`` must be JSON-able."""
+    """Write checkpoint ``step`` atomically; returns its folder. ``state`` must be JSON-able.
+    ``critic`` / ``critic_optimizer``: PPO's value model and its optimizer, saved beside the policy."""
     root = Path(output_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
     _clean_tmp(root)
@@ -133,6 +138,10 @@ def save_checkpoint(
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         if scheduler is not None:
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        if critic is not None:
+            critic.save_pretrained(tmp / "critic")
+        if critic_optimizer is not None:
+            torch.save(critic_optimizer.state_dict(), tmp / "critic_optimizer.pt")
         tensors, js = rng_state(np_generator)
         torch.save(tensors, tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step, "rng": js}, indent=1, sort_keys=True))
@@ -153,7 +162,8 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a complete checkpoint: ``{"state", "rng_tensors", "optimizer", "scheduler", "policy_dir"}``."""
+    """Read a complete checkpoint: ``{"state", "rng_tensors", "optimizer", "scheduler", "policy_dir",
+    "critic_dir", "critic_optimizer"}`` (the critic's entries are None without a critic)."""
     path = Path(path)
     if not (path / _MARKER).exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {_MARKER} marker)")
@@ -164,7 +174,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         "policy_dir": path / "policy",
         "optimizer": None,
         "scheduler": None,
+        "critic_dir": path / "critic" if (path / "critic").is_dir() else None,
+        "critic_optimizer": None,
     }
+    if (path / "critic_optimizer.pt").exists():
+        out["critic_optimizer"] = torch.load(path / "critic_optimizer.pt", weights_only=True)
     if (path / "optimizer.pt").exists():
         out["optimizer"] = torch.load(path / "optimizer.pt", weights_only=True)
     if (path / "scheduler.pt").exists():

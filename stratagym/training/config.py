@@ -10,6 +10,7 @@ A recipe has one section per dataclass::
     loss:      {clip_low: 0.2, kl_coef: 0.001, agg: token-mean}
     optim:     {lr: 1.0e-6, max_grad_norm: 1.0, micro_batch_size: 8}
     train:     {total_steps: 200, seed: 0, output_dir: runs/x, save_every: 10}
+    critic:    {lr: 1.0e-5, cliprange_value: 0.5}      # only for estimators that read values (gae)
 
 Bad configuration fails at load time with a :class:`~stratagym.envs.core.ConfigError` that names the
 key and says how to fix it: unknown keys (with the valid ones listed), wrong types, out-of-range values,
@@ -34,6 +35,7 @@ __all__ = [
     "AlgorithmConfig",
     "LossConfig",
     "OptimConfig",
+    "CriticConfig",
     "TrainConfig",
     "RecipeConfig",
     "load_recipe",
@@ -71,7 +73,8 @@ class RolloutConfig:
 @dataclass
 class AlgorithmConfig:
     """``estimator``: a registry name (``grpo``, ``dr_grpo``, ``rloo``, ``stratified``, ``gigpo``,
-    ``hgpo``, any ``+hadw``); ``estimator_kwargs`` its options (``hadw_*`` for HA-DW). Reward shaping:
+    ``hgpo``, ``remax``, ``gae`` (PPO with a critic, see :class:`CriticConfig`), any ``+hadw``;
+    ``list_estimators()``); ``estimator_kwargs`` its options (``hadw_*`` for HA-DW). Reward shaping:
     ``invalid_action_penalty`` per rejected action, ``format_reward`` for all-well-formed episodes,
     ``reward_scale`` on env rewards."""
 
@@ -120,6 +123,24 @@ class LossConfig:
         if self.clip_c is None:
             clip.pop("clip_c", None)  # the loss's own default (off for vanilla/gspo, 20 for DPPO's cap)
         return {**clip, **dict(self.options)}
+
+
+@dataclass
+class CriticConfig:
+    """The value model of PPO with a critic, used when the estimator reads critic values (``gae``):
+    :func:`stratagym.agents.critic.build_critic` picks it from the policy (a scorer critic for the scorer,
+    an LLM body with a value head for an LLM policy); ``options`` are its model options (scorer:
+    ``hidden``, ``init_std``; LLM: ``model``). It has its own AdamW: ``lr`` (unset = ``optim.lr``),
+    ``weight_decay``, ``max_grad_norm`` (unset = no clipping). ``cliprange_value``: PPO's value clip
+    around the rollout's values (verl ``critic.cliprange_value``, default 0.5; unset = no clip). The
+    critic trains on the same mini-batches and epochs as the policy. Ignored by estimators without
+    values."""
+
+    options: dict[str, Any] = field(default_factory=dict)
+    lr: Optional[float] = None
+    weight_decay: float = 0.0
+    max_grad_norm: Optional[float] = 1.0
+    cliprange_value: Optional[float] = 0.5
 
 
 @dataclass
@@ -176,6 +197,7 @@ class RecipeConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
 
     # ---- validation -------------------------------------------------------------------------------
     def validate(self) -> "RecipeConfig":
@@ -211,6 +233,12 @@ class RecipeConfig:
             raise ConfigError(f"loss.kl_coef must be >= 0, got {self.loss.kl_coef}")
         if self.optim.lr <= 0:
             raise ConfigError(f"optim.lr must be > 0, got {self.optim.lr}")
+        if self.critic.lr is not None and self.critic.lr <= 0:
+            raise ConfigError(f"critic.lr must be > 0 (or unset to use optim.lr), got {self.critic.lr}")
+        if self.critic.cliprange_value is not None and self.critic.cliprange_value <= 0:
+            raise ConfigError(f"critic.cliprange_value must be > 0 (or unset for no value clipping), got {self.critic.cliprange_value}")
+        if self.critic.max_grad_norm is not None and self.critic.max_grad_norm <= 0:
+            raise ConfigError(f"critic.max_grad_norm must be > 0 (or unset for no clipping), got {self.critic.max_grad_norm}")
         if self.optim.scheduler not in ("constant", "linear", "cosine"):
             raise ConfigError(f"optim.scheduler must be constant, linear or cosine, got {self.optim.scheduler!r}")
         _positive("optim.micro_batch_size", self.optim.micro_batch_size)

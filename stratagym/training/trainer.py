@@ -7,19 +7,31 @@ One loop for every algorithm and every policy that follows :class:`stratagym.age
         batch         <- RolloutCollector.collect(tasks, seeds)      (G envs per task, batched turns)
         shape_rewards(batch)                                          (invalid-action penalty, format reward)
         rows          <- to_advantage_batch(batch, estimator.level)   (trajectory or step rows)
-        advantages    <- estimator(rows)                              (grpo, stratified+hadw, gigpo, ...)
+        values        <- critic(samples)  (PPO with a critic only)    V(s_t) per turn, no gradients
+        advantages    <- estimator(rows)                              (grpo, stratified+hadw, gigpo, gae, ...)
         for each mini-batch: for each micro-batch:
             logp = policy.sequence_log_probs(payloads)                (with gradients)
             loss = policy_loss(logp, old, adv, mask, ref=reference)   (clip / dual clip / GSPO, KL)
+                 + value_loss(critic(samples), GAE returns, values)   (PPO with a critic only)
             accelerator.backward(loss * share of the mini-batch)
-          clip, optimizer.step, scheduler.step
+          clip, optimizer.step, scheduler.step  (+ the critic's own clip and optimizer step)
         metrics -> JSONL / TensorBoard / W&B;  periodic eval;  atomic checkpoint
 
 Distributed: ``accelerate launch`` starts one process per GPU; each samples its own shard of tasks,
 gradients are averaged by the accelerate-prepared model (DDP/FSDP/DeepSpeed). The reference policy is
 a frozen copy (or LoRA with adapters off). Resuming (``resume=True``) reloads the newest complete
-checkpoint -- weights, optimizer, scheduler, RNG states, estimator state (HA-DW anchors) -- and
-continues bit for bit on CPU: the metrics of a resumed run equal those of an uninterrupted one.
+checkpoint -- weights, optimizer, scheduler, RNG states, estimator state (HA-DW anchors), and for PPO
+the critic and its optimizer -- and continues bit for bit on CPU: the metrics of a resumed run equal
+those of an uninterrupted one.
+
+PPO with a critic (``algorithm.estimator: gae``): an estimator whose registry ``fields`` include
+``values`` gets a value model from :func:`stratagym.agents.critic.build_critic` (``critic:`` section of
+the recipe), one ``V(s_t)`` per turn. Before the update the critic scores every sample without
+gradients (the rollout's values ``V_old``); turn-level GAE gives the advantages (whitened, as verl) and
+the value targets ``R = A_raw + V_old``; each micro-batch adds PPO's clipped value loss to the policy
+loss (the two models share no parameters, so one backward serves both) and the critic steps its own
+AdamW. An estimator whose ``fields`` include ``baseline`` (``remax``) makes the collector play one
+extra greedy episode per task, whose shaped return is the baseline of that task's rows.
 """
 
 from __future__ import annotations
@@ -43,7 +55,8 @@ from stratagym.training.checkpoint import (
     save_checkpoint,
 )
 from stratagym.training.config import RecipeConfig
-from stratagym.algorithms.losses import policy_loss
+from stratagym.algorithms.advantages import gae
+from stratagym.algorithms.losses import policy_loss, value_loss
 from stratagym.algorithms.registry import get_estimator
 from stratagym.training.rollout import (
     RolloutBatch,
@@ -199,6 +212,11 @@ class Trainer:
         self.rng = np.random.default_rng(tc.seed)
         self.step = 0
         self._setup_optimizer()
+        self.critic: Any = None
+        self.critic_optimizer: Optional[torch.optim.Optimizer] = None
+        if "values" in self.estimator.fields:
+            self._setup_critic()
+        self._play_baseline = "baseline" in self.estimator.fields  # ReMax: one greedy episode per task
         pool = make_pool(config.env.id, config.env.kwargs, workers=config.rollout.workers,
                          num_workers=config.rollout.num_workers, start_method=config.rollout.start_method,
                          ray_address=config.rollout.ray_address)
@@ -231,6 +249,22 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(oc.scheduler, oc.warmup_steps, total_updates))
         self.policy.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.policy.model, self.optimizer, self.scheduler)
 
+    def _setup_critic(self) -> None:
+        """PPO's value model and its own AdamW (see :class:`~stratagym.training.config.CriticConfig`)."""
+        from stratagym.agents.critic import build_critic
+
+        if self.estimator.level != "step":
+            raise ConfigError(f"estimator {self.estimator.name!r} reads critic values but works on trajectory rows; "
+                              "critic values are per turn (use the step-level 'gae')")
+        cc, oc = self.config.critic, self.config.optim
+        self.critic = build_critic(self.policy, cc.options, seed=self.config.train.seed)
+        params = [p for p in self.critic.parameters() if p.requires_grad]
+        if not params:
+            raise ConfigError("the critic has no trainable parameters")
+        self.critic_optimizer = _adamw(params, lr=cc.lr if cc.lr is not None else oc.lr, betas=tuple(oc.betas),
+                                       eps=oc.eps, weight_decay=cc.weight_decay)
+        self.critic.model, self.critic_optimizer = self.accelerator.prepare(self.critic.model, self.critic_optimizer)
+
     def _resume(self) -> bool:
         ckpt = latest_checkpoint(self.output_dir)
         if ckpt is None:
@@ -246,6 +280,13 @@ class Trainer:
             self.optimizer.load_state_dict(data["optimizer"])
         if data["scheduler"] is not None:
             self.scheduler.load_state_dict(data["scheduler"])
+        if self.critic is not None:
+            if data.get("critic_dir") is None:
+                raise ConfigError(f"checkpoint {str(ckpt)!r} has no critic, but estimator {self.estimator.name!r} "
+                                  "needs one: it was written by a run without a critic; start a new output_dir")
+            self.critic.load_pretrained(data["critic_dir"])
+            if data.get("critic_optimizer") is not None:
+                self.critic_optimizer.load_state_dict(data["critic_optimizer"])
         state = data["state"]
         self.estimator.load_state_dict(state.get("estimator", {}))
         restore_rng_state(data["rng_tensors"], state["rng"], self.rng)
@@ -263,7 +304,8 @@ class Trainer:
             state = {"estimator": self.estimator.state_dict(), "config": self.config.to_dict()}
             path = save_checkpoint(self.output_dir, self.step, policy=self.policy, optimizer=self.optimizer,
                                    scheduler=self.scheduler, state=state, np_generator=self.rng,
-                                   keep_last=self.config.train.keep_last)
+                                   keep_last=self.config.train.keep_last, critic=self.critic,
+                                   critic_optimizer=self.critic_optimizer)
         self.accelerator.wait_for_everyone()
         return path
 
@@ -282,13 +324,13 @@ class Trainer:
         self.policy.eval()
         if not self.config.rollout.filter_groups:
             tasks, seeds = self._sample_tasks()
-            return self.collector.collect(tasks, seeds)
+            return self.collector.collect(tasks, seeds, baseline=self._play_baseline)
         from stratagym.training.rollout.dynamic import collect_informative
 
         alg = self.config.algorithm
 
         def draw() -> RolloutBatch:  # one group rollout, shaped as update() will shape it
-            b = self.collector.collect(*self._sample_tasks())
+            b = self.collector.collect(*self._sample_tasks(), baseline=self._play_baseline)
             shape_rewards(b, invalid_action_penalty=alg.invalid_action_penalty, format_reward=alg.format_reward,
                           reward_scale=alg.reward_scale)
             return b
@@ -309,6 +351,12 @@ class Trainer:
                       format_reward=cfg.algorithm.format_reward, reward_scale=cfg.algorithm.reward_scale)
         rows, sample_row, samples = to_advantage_batch(batch, self.estimator.level)
         metrics: dict[str, float] = {}
+        old_values = returns = None
+        if self.critic is not None:
+            old_values, returns = self._critic_targets(rows, samples)
+            metrics.update(_critic_metrics(old_values, returns))
+        if rows.baseline is not None and len(rows):
+            metrics["adv/baseline_return"] = float(rows.baseline.float().mean())
         adv_rows = estimate_advantages(self.estimator, rows)
         adv = adv_rows[sample_row] if len(samples) else torch.zeros(0)
         metrics["adv/mean"] = float(adv.mean()) if adv.numel() else 0.0
@@ -328,6 +376,9 @@ class Trainer:
         ref_all = self._score_detached(self.reference, payloads) if (self.reference is not None and n) else None
         agg_stats: dict[str, list[float]] = {}
         grad_norms: list[float] = []
+        critic_norms: list[float] = []
+        if self.critic is not None:
+            self.critic.train()
         mbs = oc.micro_batch_size
         for epoch in range(oc.ppo_epochs):
             order = np.arange(n) if not multi_update else self.rng.permutation(n)
@@ -347,12 +398,21 @@ class Trainer:
                     if chunk is None:
                         continue  # nothing at all to train on this process
                     last = ci == max(n_micro, 1) - 1
-                    ctx = self.accelerator.no_sync(self.policy.model) if (not last and self.accelerator.num_processes > 1) else contextlib.nullcontext()
+                    ctx = contextlib.ExitStack()
+                    if not last and self.accelerator.num_processes > 1:
+                        ctx.enter_context(self.accelerator.no_sync(self.policy.model))
+                        if self.critic is not None:
+                            ctx.enter_context(self.accelerator.no_sync(self.critic.model))
                     with ctx:
                         loss, stats, share = self._micro_loss(chunk, payloads, adv, old, ref_all, tokens_mb, len(mb))
+                        total = loss * share
+                        if self.critic is not None:  # no shared parameters: one backward trains both
+                            vloss, vstats = self._micro_value_loss(chunk, payloads, old_values, returns)
+                            total = total + vloss * (len(chunk) / max(len(mb), 1))
+                            stats.update(vstats)
                         if not real:
-                            loss = loss * 0.0
-                        self.accelerator.backward(loss * share)
+                            total = total * 0.0
+                        self.accelerator.backward(total)
                     if real:
                         for k, v in stats.items():
                             agg_stats.setdefault(k, []).append(v)
@@ -362,15 +422,55 @@ class Trainer:
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
+                if self.critic is not None:
+                    if self.config.critic.max_grad_norm:
+                        cn = self.accelerator.clip_grad_norm_(list(self.critic.parameters()), self.config.critic.max_grad_norm)
+                        critic_norms.append(float(cn))
+                    self.critic_optimizer.step()
+                    self.critic_optimizer.zero_grad(set_to_none=True)
                 if hasattr(self.policy, "after_optimizer_step"):
                     self.policy.after_optimizer_step()
         for k, v in agg_stats.items():
             metrics[f"loss/{k}"] = float(np.mean(v))
         if grad_norms:
             metrics["optim/grad_norm"] = float(np.mean(grad_norms))
+        if critic_norms:
+            metrics["critic/grad_norm"] = float(np.mean(critic_norms))
         metrics["optim/lr"] = float(self.scheduler.get_last_lr()[0])
         metrics["train/samples"] = float(n)
         return metrics
+
+    def _critic_targets(self, rows: Any, samples: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``V_old(s_t)`` of every sample (the critic before this update, no gradients), put into
+        ``rows.values`` for the estimator, and the value targets ``R = A_raw + V_old`` of turn-level GAE
+        with the estimator's ``gamma`` and ``lam`` (before the whitening of the advantages). Step rows and
+        samples are in the same order (``to_advantage_batch``)."""
+        payloads = [s.payload for s in samples]
+        mbs = self.config.optim.micro_batch_size
+        self.critic.eval()
+        parts: list[torch.Tensor] = []
+        with torch.no_grad(), self.accelerator.autocast():
+            for i in range(0, len(payloads), mbs):
+                parts.append(self.critic.values(payloads[i : i + mbs]).float().cpu())
+        values = torch.cat(parts) if parts else torch.zeros(0)
+        rows.values = values
+        opts = self.estimator.config
+        _, returns = gae(rows.rewards, values, rows.traj, rows.step, gamma=float(opts.get("gamma", 1.0)),
+                         lam=float(opts.get("lam", 1.0)))
+        return values, returns.float()
+
+    def _micro_value_loss(self, chunk: list[int], payloads: list[Any], old_values: torch.Tensor,
+                          returns: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """PPO's clipped value loss on one micro-batch (one value per turn: ``(n, 1)`` with a full mask)."""
+        with self.accelerator.autocast():
+            v = self.critic.values([payloads[i] for i in chunk]).float()
+        vpred = v[:, None]
+        idx = torch.as_tensor(chunk, dtype=torch.long)
+        ret = returns[idx].to(vpred.device)[:, None]
+        old = old_values[idx].to(vpred.device)[:, None]
+        loss, stats = value_loss(vpred, ret, old, torch.ones_like(vpred, dtype=torch.bool),
+                                 cliprange_value=self.config.critic.cliprange_value, agg="token-mean")
+        return loss, stats  # logged as loss/vf_loss, loss/vf_clipfrac, loss/vpred_mean
 
     def _score_detached(self, policy: Any, payloads: list[Any]) -> list[torch.Tensor]:
         out: list[torch.Tensor] = []
@@ -489,6 +589,17 @@ class Trainer:
         if self._eval_collector is not None:
             self._eval_collector.close()
         self.log.close()
+
+
+def _critic_metrics(values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+    """The rollout's mean value and target, and the explained variance ``1 - Var(R - V) / Var(R)`` (1: the
+    critic predicts the targets; 0: no better than their mean; 0 when the targets do not vary)."""
+    if values.numel() == 0:
+        return {}
+    out = {"critic/values": float(values.mean()), "critic/returns": float(returns.mean())}
+    var = float(returns.double().var(unbiased=False))
+    out["critic/explained_var"] = 1.0 - float((returns - values).double().var(unbiased=False)) / var if var > 0 else 0.0
+    return out
 
 
 def share_batch_statistics(estimator: Any, accelerator: Any) -> None:

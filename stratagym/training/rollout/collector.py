@@ -39,17 +39,35 @@ class RolloutCollector:
         return self.pool.task_ids()
 
     def collect(self, task_ids: Sequence[str], seeds: Sequence[int], *, greedy: bool = False,
-                on_turn: Optional[Callable[[int, int], None]] = None,
+                baseline: bool = False, on_turn: Optional[Callable[[int, int], None]] = None,
                 on_episode: Optional[Callable[[Trajectory], None]] = None) -> RolloutBatch:
         """Play ``group_size`` episodes of each task (episode j of task i has seed ``seeds[i]``).
 
+        ``baseline``: also play ONE greedy episode per task (same task and seed) after the group, and
+        link it from each of the task's trajectories as ``Trajectory.baseline`` (ReMax's baseline,
+        arXiv 2310.10505 Algorithm 1: the greedy response's reward; it is not trained on, as in verl's
+        ``compute_remax_outcome_advantage``). Its time and tokens count in the batch's totals.
         ``on_turn(turn, live)`` is called after every turn; ``on_episode(trajectory)`` as each episode
-        ends (resumable evals save progress there).
+        ends (resumable evals save progress there); neither sees the greedy episodes.
         """
         if len(seeds) != len(task_ids):
             raise ValueError("one seed per task")
+        batch = self._play(task_ids, seeds, self.group_size, greedy, on_turn, on_episode)
+        if baseline:
+            ref = self._play(task_ids, seeds, 1, True, None, None)
+            for t in batch.trajectories:
+                t.baseline = ref.trajectories[t.group]
+            batch.generate_seconds += ref.generate_seconds
+            batch.env_seconds += ref.env_seconds
+            batch.total_seconds += ref.total_seconds
+            batch.generated_tokens += ref.generated_tokens
+        return batch
+
+    def _play(self, task_ids: Sequence[str], seeds: Sequence[int], G: int, greedy: bool,
+              on_turn: Optional[Callable[[int, int], None]],
+              on_episode: Optional[Callable[[Trajectory], None]]) -> RolloutBatch:
+        """``G`` episodes of each task, all turns batched (the loop behind :meth:`collect`)."""
         t_start = time.perf_counter()
-        G = self.group_size
         trajs = [Trajectory(traj=i * G + j, group=i, task_id=str(t), seed=None if seeds[i] is None else int(seeds[i]))
                  for i, t in enumerate(task_ids) for j in range(G)]
         n = len(trajs)

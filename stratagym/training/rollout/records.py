@@ -50,6 +50,7 @@ class Trajectory:
     truncated: bool = False
     won: bool = False
     score: float = 0.0
+    baseline: Optional["Trajectory"] = None  # ReMax: the task's greedy episode (collect(baseline=True))
 
     @property
     def env_return(self) -> float:
