@@ -98,6 +98,25 @@ def test_texts_are_stripped_not_collapsed(data_dir):
     assert " [SEP] Acme Sulfate Free Shampoo for Dry Hair [SEP] " in obs
 
 
+def test_blank_strings_follow_beautifulsoup(data_dir, tmp_path):
+    """TE L212-216: ``findAll(text=True)`` gets BeautifulSoup's text nodes, in which a blank node becomes
+    ``'\\n'`` if it holds a newline (then skipped, ``t != '\\n'``) and ``' '`` otherwise (then kept, as an
+    empty entry); templates/features_page.html writes each bullet as ``" {{bulletpoint}}"``, so an empty
+    bullet point is an empty entry and a bullet of a newline is none."""
+    products = [dict(p) for p in PRODUCTS]
+    products[0] = dict(products[0], small_description=["Sulfate free", "", "\n", "Safe"])
+    for name in ("items_ins_v2.json", "items_human_ins.json", "manifest.json"):
+        (tmp_path / name).write_text((data_dir / name).read_text(), encoding="utf-8")
+    (tmp_path / "items_shuffle.json").write_text(json.dumps(products), encoding="utf-8")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["files"].pop("reviews")
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    env = _env(tmp_path)
+    _open_shampoo(env)
+    obs, *_ = env.step("click[features]")
+    assert obs.endswith("< Prev [SEP] Sulfate free [SEP]  [SEP] Safe")
+
+
 # ---- item 6: "Next >" ---------------------------------------------------------------------------------------
 
 
@@ -175,7 +194,9 @@ def test_option_named_like_a_button_navigates(data_dir):
     assert env.view.options == ()  # no option was chosen
     env.step("click[< prev]")
     obs, *_, info = env.step("click[attributes]")
-    assert info["page"] == "sub" and obs.endswith("< Prev [SEP] sulfate free [SEP] argan oil")
+    # attributes_page.html: the attributes, then category, query and product category
+    assert info["page"] == "sub" and obs.endswith("< Prev [SEP] sulfate free [SEP] argan oil [SEP] beauty [SEP] shampoo "
+                                                  "[SEP] Beauty › Hair Care")
 
 
 # ---- item 11: search prefixes -------------------------------------------------------------------------------
@@ -266,13 +287,17 @@ def test_text_rich_marks_buttons_options_and_visited_products(data_dir):
     in the session's asins (reset on the index page, TE L523-536); other strings as they are; one line each."""
     env = _env(data_dir, observation_mode="text_rich")
     obs, _ = env.reset(options={"task_index": 0})
-    assert obs == f"WebShop\nInstruction:\n{env.goal()['instruction_text']}\n[button] Search [button_]\n"
+    # search_page.html writes "Instruction: <br>", and rich mode keeps strings as they are
+    assert obs == f"WebShop\nInstruction: \n{env.goal()['instruction_text']}\n[button] Search [button_]\n"
     obs, *_ = env.step("search[shampoo]")
     assert "\n[button] B000000011 [button_]\n" in obs and "[button] Next > [button_]\n" in obs
     env.step("click[b000000011]")
     obs, *_ = env.step("click[classic]")
     assert obs.startswith("You have clicked classic.\nInstruction:\n")
     assert "  [clicked button] classic [clicked button_]\n" in obs and "  [button] 8 fl oz [button_]\n" in obs
+    obs, *_ = env.step("click[features]")  # features_page.html: "<p> {{bulletpoint}}</p>"
+    assert obs.endswith("[button] < Prev [button_]\n Sulfate  free formula\n Safe for color\n")
+    env.step("click[< prev]")
     env.step("click[< prev]")
     obs, *_ = env.step("click[< prev]")  # results again: the product was opened in this session
     assert "\n[clicked button] B000000011 [clicked button_]\n" in obs

@@ -24,7 +24,7 @@ import tempfile
 from typing import Any
 
 from stratagym.envs.core import ConfigError, StepResult
-from stratagym.envs.webshop.site import BACK_TO_SEARCH, SEARCH_BUTTON, SEP, clean_text, clickable_order
+from stratagym.envs.webshop.site import BACK_TO_SEARCH, SEARCH_BUTTON, SEP, clean_text, clickable_order, is_shown
 from stratagym.envs.webshop.text_env import WebShopEnvBase, parse_action
 
 __all__ = ["WebShopBrowserEnv", "chrome_options", "CHROMIUM", "CHROMEDRIVER"]
@@ -249,7 +249,7 @@ class WebShopBrowserEnv(WebShopEnvBase):
 
     def _read(self) -> None:
         raw = self.driver.execute_script(_READ_PAGE_JS)
-        texts = [t for t in (clean_text(x, self.site.collapse_whitespace) for x in raw["texts"]) if t]
+        texts = [clean_text(x, self.site.collapse_whitespace) for x in raw["texts"] if is_shown(x)]
         self._state = {
             "text": SEP.join(texts),
             # same order and precedence as Page.clickables

@@ -55,6 +55,7 @@ __all__ = [
     "Page",
     "ShopSite",
     "clean_text",
+    "is_shown",
 ]
 
 END_BUTTON = "Buy Now"
@@ -73,6 +74,19 @@ def clean_text(text: Any, collapse: bool = False) -> str:
     """One visible string as WebShop's text mode reads it: stripped at both ends (``t.strip()``), inner
     whitespace kept; ``collapse=True`` also collapses whitespace runs (the pre-2026-11-23 stratagym form)."""
     return " ".join(str(text).split()) if collapse else str(text).strip()
+
+
+def is_shown(text: Any) -> bool:
+    """Whether WebShop's text modes show a string (as an entry, maybe empty, of the page).
+
+    BeautifulSoup turns a whitespace-only text node into ``'\n'`` when it holds a newline, else into
+    ``' '``; ``convert_html_to_text`` then skips exactly the ``'\n'`` ones. So a string with visible
+    characters is shown, an empty one does not exist as a node, a blank one with a newline is skipped, and
+    a blank one without (an empty bullet point, written ``" {{bulletpoint}}"`` by the template) is shown:
+    as an empty entry in simple mode, a ``" "`` line in rich mode.
+    """
+    text = str(text)
+    return bool(text.strip()) or (text != "" and "\n" not in text)
 
 
 @dataclass(frozen=True)
@@ -140,7 +154,7 @@ class Page:
 
     @property
     def texts(self) -> list[str]:
-        return [t for t in (clean_text(e.text, self.collapse_whitespace) for e in self.elements) if t]
+        return [clean_text(e.text, self.collapse_whitespace) for e in self.elements if is_shown(e.text)]
 
     @property
     def text(self) -> str:
@@ -153,15 +167,17 @@ class Page:
         in front of the page); product asins on a new line, ``[clicked button]`` once opened in this
         session (since the last reset / "Back to Search").
 
-        WebShop also emits its templates' whitespace-only text nodes (indentation) as lines; those are
-        not reproduced, so lines of blanks differ, every visible string and marker is the same.
+        Other strings are emitted as the templates hold them (``"Instruction: "`` on the search page,
+        ``" <bullet>"`` on Features); the templates' indentation never shows (BeautifulSoup reduces it to
+        ``'\n'`` nodes, which are skipped).
         """
         chosen = json.dumps(dict(self.view.options))  # WebShop tests f'"{t}"' in the page URL, which holds this
         out = ""
         for e in self.elements:
             t = str(e.text)
-            if not t.strip():
+            if not is_shown(t):
                 continue
+            t = t if t.strip() else " "  # BeautifulSoup's blank node
             if e.role in _BUTTON_ROLES:
                 line = f"[button] {t} [button_]"
             elif e.role == "option":
@@ -255,11 +271,12 @@ class ShopSite:
             return self._done(view, score)
         return self._search(instruction)
 
-    def _header(self, instruction: str) -> list[Element]:
-        return [Element("Instruction:", "heading", group="instruction"), Element(instruction, "text", group="instruction")]
+    def _header(self, instruction: str, heading: str = "Instruction:") -> list[Element]:
+        return [Element(heading, "heading", group="instruction"), Element(instruction, "text", group="instruction")]
 
     def _search(self, instruction: str) -> Page:
-        elements = [Element("WebShop", "heading", group="logo"), *self._header(instruction),
+        # search_page.html writes "Instruction: <br>" (a space the other templates do not have)
+        elements = [Element("WebShop", "heading", group="logo"), *self._header(instruction, "Instruction: "),
                     Element(SEARCH_BUTTON, "search", key=SEARCH_BUTTON.lower())]
         return Page(View("search"), elements, has_search_bar=True, title="WebShop")
 
@@ -317,7 +334,8 @@ class ShopSite:
         if sub == "Description":
             elements.append(Element(p["Description"], "text", group="content"))
         elif sub == "Features":
-            elements.extend(Element(b, "text", group="content") for b in p["BulletPoints"])
+            # features_page.html: <p class="product-info"> {{bulletpoint}}</p> (note the space)
+            elements.extend(Element(f" {b}", "text", group="content") for b in p["BulletPoints"])
         elif sub == "Reviews":
             if not self.show_reviews:
                 pass  # WebShop: no reviews loaded, the page holds only its two buttons
@@ -329,7 +347,10 @@ class ShopSite:
             else:
                 elements.append(Element("No reviews found", "heading", group="content"))
         else:
-            elements.extend(Element(a, "text", group="content") for a in p["Attributes"])
+            # attributes_page.html: " {{attribute}}" per attribute, then category, query and product category
+            elements.extend(Element(f" {a}", "text", group="content") for a in p["Attributes"])
+            elements.extend(Element(str(p.get(k) or ""), "text", group="content")
+                            for k in ("category", "query", "product_category"))
         return Page(view, elements, title=f"WebShop: {sub}")
 
     def _done(self, view: View, score: float | None) -> Page:
