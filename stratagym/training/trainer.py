@@ -217,6 +217,7 @@ class Trainer:
         if "values" in self.estimator.fields:
             self._setup_critic()
         self._play_baseline = "baseline" in self.estimator.fields  # ReMax: one greedy episode per task
+        self._decorrelate_processes()
         pool = make_pool(config.env.id, config.env.kwargs, workers=config.rollout.workers,
                          num_workers=config.rollout.num_workers, start_method=config.rollout.start_method,
                          ray_address=config.rollout.ray_address)
@@ -265,6 +266,25 @@ class Trainer:
                                        eps=oc.eps, weight_decay=cc.weight_decay)
         self.critic.model, self.critic_optimizer = self.accelerator.prepare(self.critic.model, self.critic_optimizer)
 
+    def _decorrelate_processes(self) -> None:
+        """Give each process its own sampling stream. Every process seeds alike so that all build the
+        same initial weights, and a checkpoint holds process 0's RNG state; sampling from there, every
+        process would draw the same random numbers for its own prompts. Single-process runs: no change."""
+        if self.accelerator.num_processes > 1:
+            seed_everything(self.config.train.seed + 1_000_003 * (self.step + 1) + self.accelerator.process_index)
+
+    def _global_denominators(self, tokens_mb: int, rows_mb: int) -> tuple[float, float]:
+        """The mini-batch's token and row counts as the loss normalisers must see them. DDP averages
+        the processes' gradients, so normalising each process by its OWN counts weights a token of a
+        short shard more than one of a long shard. Dividing by (global count / processes) instead makes
+        the averaged gradient the one a single process computes on the global mini-batch."""
+        p = self.accelerator.num_processes
+        if p == 1:
+            return float(tokens_mb), float(rows_mb)
+        t = torch.tensor([float(tokens_mb), float(rows_mb)], dtype=torch.float64, device=self.accelerator.device)
+        tot = self.accelerator.reduce(t, reduction="sum")
+        return max(float(tot[0]), 1.0) / p, max(float(tot[1]), 1.0) / p
+
     def _resume(self) -> bool:
         ckpt = latest_checkpoint(self.output_dir)
         if ckpt is None:
@@ -291,6 +311,7 @@ class Trainer:
         self.estimator.load_state_dict(state.get("estimator", {}))
         restore_rng_state(data["rng_tensors"], state["rng"], self.rng)
         self.step = int(state["step"])
+        self._decorrelate_processes()
         if hasattr(self.policy, "after_optimizer_step"):
             self.policy.after_optimizer_step()
         self.log.truncate_after(self.step)
@@ -385,6 +406,7 @@ class Trainer:
             for mb in np.array_split(order, oc.mini_batches) if n else [np.arange(0)]:
                 mb = list(mb)
                 tokens_mb = sum(max(1, samples[i].num_tokens) for i in mb) or 1
+                tokens_mb, rows_mb = self._global_denominators(tokens_mb, len(mb))
                 chunks = [mb[i : i + mbs] for i in range(0, len(mb), mbs)]
                 # DDP padding: every rank must run the same number of backward passes, or the gradient
                 # all-reduce of the last one waits forever. A rank with fewer micro-batches than the
@@ -404,7 +426,7 @@ class Trainer:
                         if self.critic is not None:
                             ctx.enter_context(self.accelerator.no_sync(self.critic.model))
                     with ctx:
-                        loss, stats, share = self._micro_loss(chunk, payloads, adv, old, ref_all, tokens_mb, len(mb))
+                        loss, stats, share = self._micro_loss(chunk, payloads, adv, old, ref_all, tokens_mb, rows_mb)
                         total = loss * share
                         if self.critic is not None:  # no shared parameters: one backward trains both
                             vloss, vstats = self._micro_value_loss(chunk, payloads, old_values, returns)
@@ -509,13 +531,13 @@ class Trainer:
             **lc.loss_options(),
         )
         if lc.loss_name() == "geo_mean":  # averages its sequences whatever the aggregation
-            share = len(chunk) / max(rows_mb, 1)
+            share = len(chunk) / max(rows_mb, 1e-12)
         elif lc.agg == "token-sum":
-            share = 1.0  # micro-batch sums add up to the mini-batch's sum
+            share = float(self.accelerator.num_processes)  # sums add up; DDP's mean divides by processes
         elif lc.agg == "token-mean":
             share = float(mask.sum()) / float(tokens_mb)
         else:
-            share = len(chunk) / max(rows_mb, 1)
+            share = len(chunk) / max(rows_mb, 1e-12)
         return loss, stats, share
 
     def train_step(self) -> dict[str, Any]:

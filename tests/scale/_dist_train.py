@@ -1,0 +1,142 @@
+"""One training step of the real Trainer in N processes, or replayed in one process on the same batch.
+
+Run by tests/scale/test_distributed_training.py:
+
+* ``record DIR`` under ``accelerate launch --multi_gpu --num_processes 2`` (CPU, gloo): every process
+  rolls out its whole groups, then takes one update step. Process 0 writes the GLOBAL batch (both
+  processes' trajectories, renumbered as one process would number them), the gradient the optimizer
+  stepped with, the weights after the step, and what each process saw (micro-batch counts, weight
+  digests), and the gradient of a control step that normalises each process by its own counts.
+* ``replay DIR`` in one plain process: a Trainer with the same recipe and twice the tasks per step
+  updates on that global batch; it writes its gradient and weights next to the recorded ones.
+
+Rollouts themselves are not compared: the policy samples from each process's own RNG, so two
+processes cannot draw the same actions as one. The update is what must match.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+TASKS_PER_PROCESS = 2
+
+
+def recipe(out: str, tasks_per_step: int):
+    from stratagym.training.config import RecipeConfig
+
+    return RecipeConfig.from_dict({
+        "name": "dist-step",
+        # the scorer picks admissible actions, so episodes end at different turns and the processes hold
+        # different numbers of samples and micro-batches (the DDP padding path)
+        "policy": {"class": "stratagym.agents.scorer:ScorerPolicy", "hidden": 16, "memory": 2},
+        "env": {"id": "stratagym/SearchStrata-v0"},
+        "rollout": {"group_size": 3, "tasks_per_step": tasks_per_step, "max_turns": 6},
+        "algorithm": {"estimator": "grpo+hadw", "invalid_action_penalty": 0.1},
+        "loss": {"kl_coef": 0.0, "entropy_coef": 0.0},
+        "optim": {"lr": 1.0e-3, "micro_batch_size": 2, "max_grad_norm": 0.0},
+        "train": {"total_steps": 1, "output_dir": out, "save_every": 0, "progress": False, "tensorboard": False,
+                  "seed": 0},
+    })
+
+
+def capture_gradients(trainer) -> list:
+    """Snapshot the gradient each optimizer step applies (after DDP's all-reduce)."""
+    from stratagym.agents.policy import unwrap_model
+
+    seen: list = []
+    params = list(unwrap_model(trainer.policy.model).parameters())
+    step = trainer.optimizer.step
+
+    def wrapped(*a, **k):
+        seen.append([None if p.grad is None else p.grad.detach().clone() for p in params])
+        return step(*a, **k)
+
+    trainer.optimizer.step = wrapped
+    return seen
+
+
+def count_micro_batches(trainer) -> list:
+    calls: list = []
+    inner = trainer._micro_loss
+
+    def wrapped(*a, **k):
+        calls.append(1)
+        return inner(*a, **k)
+
+    trainer._micro_loss = wrapped
+    return calls
+
+
+def weights(trainer) -> dict:
+    from stratagym.agents.policy import unwrap_model
+
+    return {k: v.detach().clone() for k, v in unwrap_model(trainer.policy.model).state_dict().items()}
+
+
+def digest(state: dict) -> str:
+    h = hashlib.sha256()
+    for k in sorted(state):
+        h.update(k.encode())
+        h.update(state[k].float().numpy().tobytes())
+    return h.hexdigest()
+
+
+def record(out: Path) -> None:
+    from accelerate.utils import gather_object
+
+    from stratagym.training.trainer import Trainer
+
+    trainer = Trainer(recipe(str(out / "run-record"), TASKS_PER_PROCESS))
+    acc = trainer.accelerator
+    rank, world = acc.process_index, acc.num_processes
+    grads, micro = capture_gradients(trainer), count_micro_batches(trainer)
+    batch = trainer.rollout()
+    per_rank = len(batch.trajectories)
+    for t in batch.trajectories:  # as one process collecting all ranks' tasks in order would number them
+        t.traj += rank * per_rank
+        t.group += rank * TASKS_PER_PROCESS
+    everything = gather_object([batch.trajectories])
+    samples = sum(len(t.steps) for t in batch.ok)
+    control_batch = copy.deepcopy(batch)
+    metrics = trainer.update(batch)
+    w = weights(trainer)
+    # control: the same step with each process normalising its loss by its own token/row counts (the
+    # trainer before issue 16): with uneven shards its averaged gradient is NOT the global one
+    control = Trainer(recipe(str(out / "run-control"), TASKS_PER_PROCESS))
+    control._global_denominators = lambda tokens, rows: (float(tokens), float(rows))
+    control_grads = capture_gradients(control)
+    control.update(control_batch)
+    seen = gather_object([{"rank": rank, "samples": samples, "micro_batches": len(micro), "digest": digest(w),
+                           "anchor": metrics.get("adv/hadw_anchor")}])
+    if acc.is_main_process:
+        torch.save({"trajectories": [t for part in everything for t in part], "grads": grads[0], "weights": w,
+                    "control_grads": control_grads[0]},
+                   out / "record.pt")
+        (out / "record.json").write_text(json.dumps({"world": world, "ranks": seen}))
+    acc.wait_for_everyone()
+    control.close()
+    trainer.close()
+
+
+def replay(out: Path) -> None:
+    from stratagym.training.rollout import RolloutBatch
+    from stratagym.training.trainer import Trainer
+
+    data = torch.load(out / "record.pt", weights_only=False)
+    trainer = Trainer(recipe(str(out / "run-replay"), 2 * TASKS_PER_PROCESS))
+    grads = capture_gradients(trainer)
+    metrics = trainer.update(RolloutBatch(data["trajectories"]))
+    torch.save({"grads": grads[0], "weights": weights(trainer)}, out / "replay.pt")
+    (out / "replay.json").write_text(json.dumps({"world": trainer.accelerator.num_processes,
+                                                 "anchor": metrics.get("adv/hadw_anchor")}))
+    trainer.close()
+
+
+if __name__ == "__main__":
+    {"record": record, "replay": replay}[sys.argv[1]](Path(sys.argv[2]))

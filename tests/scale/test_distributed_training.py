@@ -1,0 +1,97 @@
+"""The trainer in 2 CPU processes (issue 16 item 2): one step equals one process on the global batch;
+the CLI trains, checkpoints once and resumes under ``accelerate launch``.
+
+Launcher: ``accelerate launch --multi_gpu --num_processes 2`` (torchrun; ``Accelerator(cpu=True)`` on a
+machine without CUDA picks gloo). ``--cpu --num_processes 2`` would start one process (see
+test_distributed_hadw.py), so every run asserts how many processes it really had.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.scale.test_distributed_hadw import accelerate_launch
+
+pytest.importorskip("accelerate")
+SCRIPT = Path(__file__).with_name("_dist_train.py")
+
+
+def _max_diff(xs, ys) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(xs, ys) if x is not None)
+
+
+@pytest.mark.slow
+def test_two_process_step_equals_one_process_on_the_global_batch(tmp_path):
+    """Scorer policy on SearchStrata (episodes of different lengths, so the two processes hold different
+    numbers of samples and micro-batches: the DDP padding path), ``grpo+hadw``, token-mean loss.
+    The gradient the optimizer applies and the weights after the step equal those of one process
+    updating on the concatenated batch, and HA-DW's anchor is the global one. A control step that
+    normalises each process by its own counts gives a different gradient."""
+    r = accelerate_launch([str(SCRIPT), "record", str(tmp_path)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    r1 = subprocess.run([sys.executable, str(SCRIPT), "replay", str(tmp_path)], capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    rec, rep = json.loads((tmp_path / "record.json").read_text()), json.loads((tmp_path / "replay.json").read_text())
+    assert rec["world"] == 2 and rep["world"] == 1
+    ranks = rec["ranks"]
+    assert len({x["digest"] for x in ranks}) == 1  # DDP kept the two processes' weights identical
+    assert ranks[0]["samples"] != ranks[1]["samples"], "equal shards: the uneven path was not exercised"
+    assert ranks[0]["micro_batches"] == ranks[1]["micro_batches"]  # the shorter shard was padded
+    assert ranks[0]["anchor"] == pytest.approx(rep["anchor"], abs=1e-12)
+    a = torch.load(tmp_path / "record.pt", weights_only=False)
+    b = torch.load(tmp_path / "replay.pt", weights_only=False)
+    scale = max(float(g.abs().max()) for g in b["grads"] if g is not None)
+    assert scale > 0
+    assert _max_diff(a["grads"], b["grads"]) <= 1e-5 * scale
+    assert max(float((a["weights"][k] - b["weights"][k]).abs().max()) for k in b["weights"]) <= 1e-6
+    assert _max_diff(a["control_grads"], b["grads"]) > 1e-3 * scale
+
+
+def _recipe(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        "name: dist-cli\n"
+        "policy: {model: tiny, max_new_tokens: 6, memory_k: 1}\n"
+        "env: {id: stratagym/SearchStrata-v0}\n"
+        "rollout: {group_size: 2, tasks_per_step: 1, max_turns: 2}\n"
+        "algorithm: {estimator: stratified+hadw}\n"
+        "optim: {lr: 1.0e-3, micro_batch_size: 2}\n"
+        f"train: {{total_steps: 1, save_every: 1, output_dir: {json.dumps(str(tmp_path / 'run'))}, progress: false, "
+        "tensorboard: false}\n"
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_cli_train_checkpoint_and_resume_in_two_processes(tmp_path):
+    """``accelerate launch ... -m stratagym.cli train --config`` with the tiny LM: one step, one complete
+    checkpoint (written by process 0 only: no leftover temporary folder, one metrics row per step), then
+    ``--resume`` to step 2 in 2 processes continues from it."""
+    recipe = _recipe(tmp_path)
+    run = tmp_path / "run"
+    r = accelerate_launch(["-m", "stratagym.cli", "train", "--config", str(recipe)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-00000001"]
+    assert (ckpts / "latest").read_text().strip() == "step-00000001"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1]
+    state = json.loads((ckpts / "step-00000001" / "trainer_state.json").read_text())
+    assert state["step"] == 1 and state["estimator"]["hadw"]["steps"] == 1
+    r = accelerate_launch(["-m", "stratagym.cli", "train", "--config", str(recipe), "--resume",
+                           "--set", "train.total_steps=2"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-00000001", "step-00000002"]
+    assert (ckpts / "latest").read_text().strip() == "step-00000002"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2]
+    state = json.loads((ckpts / "step-00000002" / "trainer_state.json").read_text())
+    assert state["step"] == 2 and state["estimator"]["hadw"]["steps"] == 2
