@@ -305,6 +305,24 @@ def test_text_rich_marks_buttons_options_and_visited_products(data_dir):
         _env(data_dir, observation_mode="html")
 
 
+def test_done_page_is_webshops(data_dir):
+    """TE L469-502 (``done``) renders templates/done_page.html with only reward, asin and options (EN
+    L64-80 passes ``kwargs.get(...)`` = None for the rest): the MTurk code, the hidden purchase and target
+    stats (options through ``tojson``: sorted keys), the score, the reward details."""
+    env = _env(data_dir)
+    _open_shampoo(env)
+    env.step("click[classic]")
+    env.step("click[8 fl oz]")
+    obs, r, term, *_ = env.step("click[buy now]")
+    assert term and obs == (
+        "Thank you for shopping with us! [SEP] Your code: [SEP] None [SEP] (Paste it in your MTurk interface.) [SEP] "
+        'Purchased [SEP] asin [SEP] B000000011 [SEP] options [SEP] {"size": "8 fl oz", "style": "classic"} [SEP] '
+        "attrs [SEP] None [SEP] category [SEP] None [SEP] query [SEP] None [SEP] product category [SEP] None [SEP] "
+        "Target [SEP] asin [SEP] options [SEP] attrs [SEP] price upper [SEP] instuction text [SEP] category [SEP] "
+        "product category [SEP] query [SEP] Goal [SEP] None [SEP] Reward [SEP] Your score (min 0.0, max 1.0) [SEP] "
+        f"{r!r} [SEP] Reward Details [SEP] None")
+
+
 # ---- the scripted oracle still solves every goal -------------------------------------------------------------
 
 

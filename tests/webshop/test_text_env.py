@@ -92,8 +92,10 @@ def test_buying_ends_the_episode_with_webshops_reward(env):
     obs, r, term, trunc, info = env.step(f"click[{goal['asin'].lower()}]")
     obs, r, term, trunc, info = env.step("click[buy now]")  # no options chosen
     assert term and info["page"] == "done" and info["purchased_asin"] == goal["asin"]
-    assert obs.startswith("Thank you for shopping with us! [SEP] Purchased")
-    assert obs.endswith(f"Your score (min 0.0, max 1.0) [SEP] {r!r}")
+    # WebShop's done page as its text env renders it (done_page.html: MTurk code, hidden stats, score)
+    assert obs.startswith("Thank you for shopping with us! [SEP] Your code: [SEP] None [SEP] (Paste it in your MTurk "
+                          f"interface.) [SEP] Purchased [SEP] asin [SEP] {goal['asin']} [SEP] options [SEP] {{}}")
+    assert obs.endswith(f"Reward [SEP] Your score (min 0.0, max 1.0) [SEP] {r!r} [SEP] Reward Details [SEP] None")
     n = len(goal["attributes"]) + len(goal["goal_options"]) + 1
     assert r == pytest.approx((len(goal["attributes"]) + 1) / n)
     assert info["score"] == r and info["won"] == (r == 1.0) and info["reward_info"]["r_type"] == 1.0

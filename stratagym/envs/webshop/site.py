@@ -354,15 +354,19 @@ class ShopSite:
         return Page(view, elements, title=f"WebShop: {sub}")
 
     def _done(self, view: View, score: float | None) -> Page:
-        elements = [
-            Element("Thank you for shopping with us!", "heading", group="done"),
-            Element("Purchased", "heading", group="done"),
-            Element(f"asin: {view.asin}", "text", group="done"),
-            Element("options: " + ", ".join(f"{k}: {v}" for k, v in view.options) if view.options else "options: none",
-                    "text", group="done"),
-            Element("Your score (min 0.0, max 1.0)", "heading", group="done"),
-            Element(repr(float(score)) if score is not None else "", "text", group="score"),
-        ]
+        """WebShop's done page as its text env renders it (``done_page.html`` with only reward, asin and
+        options given: the MTurk code, purchased attributes, goal and reward details print as ``None`` or
+        nothing). Strings keep the template's spaces (``"Your code: "``), which only ``text_rich`` shows."""
+        texts = ["Your code: ", "None", " (Paste it in your MTurk interface.)", "Purchased",
+                 "asin", view.asin, "options", _htmlsafe_json(dict(view.options)),
+                 "attrs", "None", "category", "None", "query", "None", "product category", "None",
+                 "Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
+                 "product category", "query", "Goal ", "None", "Reward"]
+        elements = [Element("Thank you for shopping with us!", "heading", group="done"),
+                    *(Element(t, "text", group="done") for t in texts),
+                    Element("Your score (min 0.0, max 1.0)", "heading", group="done"),
+                    Element(repr(float(score)) if score is not None else "", "text", group="score"),
+                    Element("Reward Details ", "text", group="done"), Element("None", "text", group="done")]
         return Page(view, elements, title="WebShop: thank you")
 
     # ---- purchasing -----------------------------------------------------------------------------
@@ -370,6 +374,14 @@ class ShopSite:
         """WebShop's reward for buying ``asin`` with ``options`` under ``goal``."""
         product = self.catalog.by_asin[asin]
         return webshop_reward(product, goal, self.catalog.prices.get(asin), dict(options))
+
+
+def _htmlsafe_json(obj: Any) -> str:
+    """Jinja's/Flask's ``tojson`` filter: sorted keys, and ``< > & '`` as ``\\u`` escapes."""
+    text = json.dumps(obj, sort_keys=True)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("'", "\\u0027")):
+        text = text.replace(ch, esc)
+    return text
 
 
 def _button(text: str, target: View) -> Element:
