@@ -98,6 +98,8 @@ def record(out: Path) -> None:
     grads, micro = capture_gradients(trainer), count_micro_batches(trainer)
     batch = trainer.rollout()
     per_rank = len(batch.trajectories)
+    # the episodes of each group, as (task, seed) per trajectory, in this process's group order
+    groups = [[(t.task_id, t.seed) for t in batch.trajectories if t.group == g] for g in range(TASKS_PER_PROCESS)]
     for t in batch.trajectories:  # as one process collecting all ranks' tasks in order would number them
         t.traj += rank * per_rank
         t.group += rank * TASKS_PER_PROCESS
@@ -112,7 +114,7 @@ def record(out: Path) -> None:
     control._global_denominators = lambda tokens, rows: (float(tokens), float(rows))
     control_grads = capture_gradients(control)
     control.update(control_batch)
-    seen = gather_object([{"rank": rank, "samples": samples, "micro_batches": len(micro), "digest": digest(w),
+    seen = gather_object([{"rank": rank, "groups": groups, "samples": samples, "micro_batches": len(micro), "digest": digest(w),
                            "anchor": metrics.get("adv/hadw_anchor")}])
     if acc.is_main_process:
         torch.save({"trajectories": [t for part in everything for t in part], "grads": grads[0], "weights": w,
@@ -131,9 +133,12 @@ def replay(out: Path) -> None:
     data = torch.load(out / "record.pt", weights_only=False)
     trainer = Trainer(recipe(str(out / "run-replay"), 2 * TASKS_PER_PROCESS))
     grads = capture_gradients(trainer)
+    tasks, seeds = trainer._sample_tasks()  # what one process would roll out at step 1 (fresh RNG)
+    trainer.rng = __import__("numpy").random.default_rng(trainer.config.train.seed)
     metrics = trainer.update(RolloutBatch(data["trajectories"]))
     torch.save({"grads": grads[0], "weights": weights(trainer)}, out / "replay.pt")
     (out / "replay.json").write_text(json.dumps({"world": trainer.accelerator.num_processes,
+                                                 "tasks": list(zip(tasks, seeds)),
                                                  "anchor": metrics.get("adv/hadw_anchor")}))
     trainer.close()
 

@@ -46,6 +46,11 @@ def test_two_process_step_equals_one_process_on_the_global_batch(tmp_path):
     assert ranks[0]["samples"] != ranks[1]["samples"], "equal shards: the uneven path was not exercised"
     assert ranks[0]["micro_batches"] == ranks[1]["micro_batches"]  # the shorter shard was padded
     assert ranks[0]["anchor"] == pytest.approx(rep["anchor"], abs=1e-12)
+    # whole groups per process: each group's 3 episodes share one (task, seed) and live in one process;
+    # process 0 holds the first half of the tasks one process would sample, process 1 the second half
+    for x in ranks:
+        assert all(len(g) == 3 and len({tuple(e) for e in g}) == 1 for g in x["groups"])
+    assert [tuple(g[0]) for x in ranks for g in x["groups"]] == [tuple(t) for t in rep["tasks"]]
     a = torch.load(tmp_path / "record.pt", weights_only=False)
     b = torch.load(tmp_path / "replay.pt", weights_only=False)
     scale = max(float(g.abs().max()) for g in b["grads"] if g is not None)
