@@ -210,3 +210,50 @@ def test_scorer_critic_save_load_and_seed(tmp_path):
     net = unwrap_model(b.model)
     by_hand = torch.tanh(net.emb.weight[2] + net.bias) @ net.out + net.out_bias
     assert torch.allclose(b.values(payloads)[1], by_hand)
+
+
+LLM_ENV = "stratagym/SearchQA-v0"
+
+
+@pytest.mark.slow
+def test_llm_policy_trains_with_a_value_head(tmp_path):
+    """The LLM path: the tiny local Qwen2 policy gets an LLMCritic (its transformer body + a value head
+    at the last prompt token), one PPO step trains both, and the saved critic reloads to the same values."""
+    from tests.trainer.conftest import available
+
+    if not available(LLM_ENV):
+        pytest.skip("SearchQA not available")
+    from stratagym.agents.critic import LLMCritic
+
+    cfg = RecipeConfig.from_dict({
+        "name": "ppo-llm",
+        "policy": {"model": "tiny", "max_new_tokens": 8, "memory_k": 1},
+        "env": {"id": LLM_ENV, "kwargs": {"max_turns": 1}},
+        "rollout": {"group_size": 2, "tasks_per_step": 2, "max_turns": 2},
+        # the untrained tiny model earns no env reward: the penalty on rejected actions gives the critic targets
+        "algorithm": {"estimator": "gae", "estimator_kwargs": {"lam": 0.95}, "invalid_action_penalty": 0.5,
+                      "format_reward": 0.25},
+        "optim": {"lr": 1.0e-3, "micro_batch_size": 4},
+        "critic": {"lr": 1.0e-3},
+        "train": {"total_steps": 1, "output_dir": str(tmp_path / "run"), "save_every": 1, "progress": False,
+                  "tensorboard": False},
+    })
+    trainer = Trainer(cfg)
+    try:
+        assert isinstance(trainer.critic, LLMCritic)
+        head_before = _weights(unwrap_model(trainer.critic.model).head)
+        (row,) = trainer.train()
+        assert row["critic/values"] == 0.0  # the head starts at 0
+        assert np.isfinite(row["loss/loss"]) and row["loss/vf_loss"] > 0, row
+        head_after = _weights(unwrap_model(trainer.critic.model).head)
+        assert any(not torch.equal(head_before[k], head_after[k]) for k in head_after)
+        data = load_checkpoint(latest_checkpoint(tmp_path / "run"))
+        batch = trainer.rollout()
+        payloads = [s.payload for t in batch.ok for s in t.steps][:3]
+        clone = build_critic(trainer.policy, seed=99)
+        clone.load_pretrained(data["critic_dir"])
+        with torch.no_grad():
+            assert torch.allclose(clone.values(payloads), trainer.critic.values(payloads), atol=1e-6)
+            assert clone.values(payloads).shape == (len(payloads),)
+    finally:
+        trainer.close()
