@@ -10,7 +10,7 @@ ENV_SPECS = [
         id="stratagym/SearchQA-v0",
         entry_point="stratagym.envs.search_qa.env:SearchQAEnv",
         description="Retrieval QA with <search>/<answer> turns (Search-R1 protocol); reward = exact match. "
-        "Default: bundled invented-world benchmark, bm25s top-3, 4 turns.",
+        "Default: bundled invented-world benchmark, bm25s top-3, 4 search rounds + a final answer turn.",
         requires=("bm25s",),
         extra="search",
         tools=("search",),
