@@ -95,7 +95,9 @@ def _cell(t: tuple[float, float, float] | None) -> str:
 
 
 #: Characters with a meaning in (GitHub-flavoured) Markdown inline text: backslash-escaped in cells.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
+#: An underscore between two letters or digits (``success_in_distribution``) cannot start or end
+#: emphasis in GFM, so it stays as it is; any other is escaped.
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~$]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
 
 
 def _md_escape(text: str) -> str:
@@ -103,7 +105,8 @@ def _md_escape(text: str) -> str:
 
     Code hosts render Markdown as HTML, so ``<``, ``>`` and ``&`` become entities (no tag or
     ``onerror=`` from a label reaches the page), Markdown punctuation (emphasis, links, code, table
-    pipes, ``$`` maths) is backslash-escaped, and line breaks become spaces (a row is one line).
+    pipes, ``$`` maths) is backslash-escaped (intraword underscores excepted: they are inert), and line
+    breaks become spaces (a row is one line).
     """
     text = html.escape(str(text), quote=False)
     text = _MD_SPECIAL.sub(r"\\\1", text)
