@@ -22,3 +22,21 @@ def ray_cluster():
             yield ray
         finally:
             ray.shutdown()
+    assert not ray_processes(), "Ray's own processes outlived ray.shutdown()"
+
+
+def ray_processes() -> list[str]:
+    """Ray daemons (GCS, raylet) and workers still running under this test process."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            text = " ".join(p.cmdline())
+        except psutil.Error:  # exited while we looked
+            continue
+        if "gcs_server" in text or "raylet" in text or "ray::" in text or "default_worker.py" in text:
+            out.append(text[:120])
+    return out

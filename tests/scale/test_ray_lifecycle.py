@@ -11,6 +11,7 @@ import pytest
 
 from stratagym.training.config import RecipeConfig
 from stratagym.training.trainer import Trainer
+from tests.scale.conftest import ray_processes as _ray_processes
 from tests.trainer.conftest import RandomChoicePolicy, available
 
 ENV = "stratagym/CueCorridor-v0"
@@ -34,6 +35,7 @@ def test_trainer_starts_and_stops_its_own_ray(tmp_path, monkeypatch):
     trainer = Trainer(cfg, policy=RandomChoicePolicy(0))
     try:
         assert ray.is_initialized()
+        assert _ray_processes()  # the check below can see Ray's processes
         (row,) = trainer.train()
         assert row["rollout/episodes"] == 4 and row["rollout/failed"] == 0
         ev = trainer.evaluate()  # a second pool on the same runtime
@@ -43,3 +45,5 @@ def test_trainer_starts_and_stops_its_own_ray(tmp_path, monkeypatch):
     finally:
         trainer.close()
     assert not ray.is_initialized()
+    assert not _ray_processes(), "Ray's own processes outlived ray.shutdown()"
+
