@@ -25,7 +25,7 @@ from typing import Any
 
 from stratagym.envs.core import ConfigError, StepResult
 from stratagym.envs.webshop.site import BACK_TO_SEARCH, SEARCH_BUTTON, SEP, clean_text, clickable_order, is_shown
-from stratagym.envs.webshop.text_env import WebShopEnvBase, parse_action
+from stratagym.envs.webshop.text_env import SiteConfig, WebShopEnvBase, parse_action
 
 __all__ = ["WebShopBrowserEnv", "chrome_options", "CHROMIUM", "CHROMEDRIVER"]
 
@@ -126,12 +126,7 @@ class WebShopBrowserEnv(WebShopEnvBase):
             import selenium  # noqa: F401
         except ImportError as exc:
             raise ConfigError("the browser env needs `pip install selenium flask` (stratagym[webshop])") from exc
-        self._open_site(
-            split, data_dir=data_dir, items_path=items_path, attrs_path=attrs_path, human_ins_path=human_ins_path,
-            reviews_path=reviews_path, human_goals=human_goals, num_products=num_products,
-            search_backend=search_backend, index_dir=index_dir, title_nouns=title_nouns, show_attrs=show_attrs,
-            show_reviews=show_reviews, collapse_whitespace=collapse_whitespace,
-        )
+        self._open_site(split, SiteConfig.from_options(locals()))
         self.list_click_search = bool(list_click_search)
         self._chromium, self._chromedriver = chromium, chromedriver
         self.page_timeout = float(page_timeout)

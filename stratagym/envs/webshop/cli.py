@@ -25,12 +25,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Serve the WebShop web site (same pages as stratagym/WebShop-v0) until interrupted."""
         from rich.console import Console
 
-        from stratagym.envs.webshop.text_env import build_site
+        from stratagym.envs.webshop.text_env import SiteConfig, build_site
         from stratagym.envs.webshop.web import ServerThread, create_app
 
         console = Console()
-        site = build_site(data_dir=data_dir, items_path=items_path, attrs_path=attrs_path,
-                          human_ins_path=human_ins_path, search_backend=search_backend, show_attrs=show_attrs)
+        site = build_site(SiteConfig(data_dir=data_dir, items_path=items_path, attrs_path=attrs_path,
+                                     human_ins_path=human_ins_path, search_backend=search_backend, show_attrs=show_attrs))
         if host not in ("127.0.0.1", "localhost", "::1"):
             console.print(f"[yellow]warning[/yellow]: binding {host} exposes the site beyond this machine")
         server = ServerThread(create_app(site, split=split), host=host, port=port)

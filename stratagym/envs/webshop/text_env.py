@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 from stratagym.envs.core import ConfigError, StepResult, TextEnv
@@ -54,42 +55,59 @@ def resolve_search_backend(search_backend: str, items_path: str | None) -> str:
     return search_backend
 
 
-def build_site(
-    *,
-    data_dir: str | None = None,
-    items_path: str | None = None,
-    attrs_path: str | None = None,
-    human_ins_path: str | None = None,
-    reviews_path: str | None = None,
-    human_goals: bool = True,
-    num_products: int | None = None,
-    search_backend: str = "auto",
-    index_dir: str | None = None,
-    title_nouns: Any = "auto",
-    show_attrs: bool = False,
-    show_reviews: bool = False,
-    collapse_whitespace: bool = False,
-) -> ShopSite:
-    """The catalog + search engine + site the text env and the web server share (cached per process)."""
+@dataclass(frozen=True)
+class SiteConfig:
+    """The options of a WebShop site: the catalog, its search engine and how pages render.
+
+    One definition for the text env, the browser env and ``stratagym serve webshop``, which all build
+    their site from it (:func:`build_site`). The env classes keep their options as explicit keywords
+    (what ``gymnasium.make`` users read) and gather them with :meth:`from_options`.
+    """
+
+    data_dir: str | None = None
+    items_path: str | None = None
+    attrs_path: str | None = None
+    human_ins_path: str | None = None
+    reviews_path: str | None = None
+    human_goals: bool = True
+    num_products: int | None = None
+    search_backend: str = "auto"
+    index_dir: str | None = None
+    title_nouns: Any = "auto"
+    show_attrs: bool = False
+    show_reviews: bool = False
+    collapse_whitespace: bool = False
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "SiteConfig":
+        """The site fields of ``options`` (e.g. an env constructor's ``locals()``); others are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in options.items() if k in names})
+
+
+def build_site(config: SiteConfig | None = None, **options: Any) -> ShopSite:
+    """The catalog + search engine + site the envs and the web server share (catalog and engine cached
+    per process). Pass a :class:`SiteConfig`, or its fields as keywords."""
+    c = config if config is not None else SiteConfig(**options)
     catalog: Catalog = load_catalog(
-        data_dir, items_path=items_path, attrs_path=attrs_path, human_ins_path=human_ins_path,
-        reviews_path=reviews_path, human_goals=human_goals, num_products=num_products,
+        c.data_dir, items_path=c.items_path, attrs_path=c.attrs_path, human_ins_path=c.human_ins_path,
+        reviews_path=c.reviews_path, human_goals=c.human_goals, num_products=c.num_products,
     )
-    backend = resolve_search_backend(search_backend, items_path)
-    engine = make_search_engine(catalog.products, backend, index_dir=index_dir, cache_key=id(catalog))
-    if title_nouns != "auto":
-        set_noun_backend(title_nouns)
+    backend = resolve_search_backend(c.search_backend, c.items_path)
+    engine = make_search_engine(catalog.products, backend, index_dir=c.index_dir, cache_key=id(catalog))
+    if c.title_nouns != "auto":
+        set_noun_backend(c.title_nouns)
     else:
         noun_backend_name()  # configures "auto" once per process unless someone chose already
-    return ShopSite(catalog, engine, show_attrs=show_attrs, show_reviews=show_reviews,
-                    collapse_whitespace=collapse_whitespace)
+    return ShopSite(catalog, engine, show_attrs=c.show_attrs, show_reviews=c.show_reviews,
+                    collapse_whitespace=c.collapse_whitespace)
 
 
 class WebShopEnvBase(TextEnv):
     """What both WebShop front ends share: the site (catalog, search engine, page model) and a split's goals."""
 
-    def _open_site(self, split: str, **site_kwargs: Any) -> None:
-        self.site = build_site(**site_kwargs)
+    def _open_site(self, split: str, config: SiteConfig) -> None:
+        self.site = build_site(config)
         self.catalog = self.site.catalog
         self.split = split
         self._ids = self.catalog.task_ids(split)  # raises ConfigError on a bad split
@@ -156,12 +174,7 @@ class WebShopTextEnv(WebShopEnvBase):
             raise ConfigError(f"unknown WebShop observation_mode {observation_mode!r}; use one of {OBSERVATION_MODES}")
         self.observation_mode = observation_mode
         self.list_click_search = bool(list_click_search)
-        self._open_site(
-            split, data_dir=data_dir, items_path=items_path, attrs_path=attrs_path, human_ins_path=human_ins_path,
-            reviews_path=reviews_path, human_goals=human_goals, num_products=num_products,
-            search_backend=search_backend, index_dir=index_dir, title_nouns=title_nouns, show_attrs=show_attrs,
-            show_reviews=show_reviews, collapse_whitespace=collapse_whitespace,
-        )
+        self._open_site(split, SiteConfig.from_options(locals()))
         self._view = View("search")
         self._page: Page | None = None
         self._visited: set[str] = set()  # asins opened since reset / "Back to Search" (text_rich marks them)
