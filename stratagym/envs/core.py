@@ -108,6 +108,9 @@ def stable_hash(text: str) -> int:
     return _digest(normalize_text(text).encode("utf-8", "surrogatepass"))
 
 
+_CTX_HASHER = hashlib.blake2b(b"ctx:", digest_size=8)  # only ever copied, never updated
+
+
 def _combine2(left: int, right: int) -> int:
     return _digest(b"ctx:" + left.to_bytes(8, "little") + right.to_bytes(8, "little"))
 
@@ -189,12 +192,13 @@ class ContextTracker:
     def push(self, observation: str) -> int:
         h = stable_hash(observation)
         prev = self._levels[: self.k]
-        if prev:  # _combine2(p, h) for each level, inlined: this runs on every env step
-            tail, blake2b, mask = h.to_bytes(8, "little"), hashlib.blake2b, HASH_MASK
-            self._levels = [h] + [
-                int.from_bytes(blake2b(b"ctx:" + p.to_bytes(8, "little") + tail, digest_size=8).digest(), "little") & mask
-                for p in prev
-            ]
+        if prev:  # _combine2(p, h) for each level, inlined (this runs on every env step)
+            tail, mask, levels = h.to_bytes(8, "little"), HASH_MASK, [h]
+            for p in prev:
+                d = _CTX_HASHER.copy()  # blake2b already fed b"ctx:": a copy is cheaper than a new hasher
+                d.update(p.to_bytes(8, "little") + tail)
+                levels.append(int.from_bytes(d.digest(), "little") & mask)
+            self._levels = levels
         else:
             self._levels = [h]
         return h
