@@ -75,7 +75,7 @@ def serve_retrieval(
     backend: Optional[str] = typer.Option(None, help="bm25s | pyserini | dense (built in memory when no --index)."),
     model: Optional[str] = typer.Option(None, help="Dense only: encoder directory."),
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default; expose deliberately)."),
-    port: int = typer.Option(8000, help="Port."),
+    port: int = typer.Option(8000, min=0, max=65535, help="Port."),
     max_batch: int = typer.Option(256, help="Queries merged into one retriever call."),
     max_wait_ms: float = typer.Option(0.0, help="Extra wait for more requests; 0: adaptive batching only."),
 ) -> None:

@@ -161,7 +161,7 @@ def _read_json_rows_utf8(path: Path) -> Iterator[dict]:
             for i, row in enumerate(data):
                 if not isinstance(row, dict):
                     raise ConfigError(f"{path}: item {i} is a {type(row).__name__}; expected a JSON list of "
-                                      "objects such as {\"question\": ..., \"golden_answers\": [...]}")
+                                      "objects, one per row (a question, or a corpus passage)")
                 yield row
             return
         for lineno, line in enumerate(fh, 1):

@@ -13,7 +13,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     @serve.command("webshop")
     def serve_webshop(
         host: str = typer.Option("127.0.0.1", help="Interface to bind (127.0.0.1 keeps the site local)."),
-        port: int = typer.Option(3000, help="Port (0: a free one)."),
+        port: int = typer.Option(3000, min=0, max=65535, help="Port (0: a free one)."),
         split: str = typer.Option("all", help="Goals sessions draw from: test, eval, train or all."),
         data_dir: Optional[str] = typer.Option(None, help="A catalog in the bundled layout (default data/webshop)."),
         items_path: Optional[str] = typer.Option(None, help="WebShop's items_shuffle*.json instead of the bundled catalog."),
