@@ -111,3 +111,49 @@ def test_killed_actor_fails_only_its_trajectories(ray_cluster):
     finally:
         col.close()
     assert _free_cpus(ray_cluster) == 2.0
+
+
+def test_training_goes_on_when_an_actor_dies(ray_cluster, tmp_path):
+    """Through the trainer: actor 0 is SIGKILLed during the first step's rollout. That step trains on
+    the episodes of actor 1 (its failed ones are left out of the update), and the next step, on a
+    recreated actor, has no failure."""
+    import functools
+    import math
+
+    from stratagym.training.config import RecipeConfig
+    from stratagym.training.trainer import Trainer
+
+    cfg = RecipeConfig.from_dict({
+        "name": "ray-kill",
+        "policy": {"model": "tiny"},
+        "env": {"id": ENV},
+        "rollout": {"group_size": 2, "tasks_per_step": 2, "max_turns": 4, "workers": "ray", "num_workers": 2},
+        "algorithm": {"estimator": "grpo"},
+        "train": {"total_steps": 2, "output_dir": str(tmp_path / "run"), "save_every": 0, "progress": False,
+                  "tensorboard": False},
+    })
+    trainer = Trainer(cfg, policy=RandomChoicePolicy(0))
+    pool = trainer.collector.pool
+    assert isinstance(pool, RayPool)
+    killed: list[int] = []
+
+    def on_turn(turn: int, live: int) -> None:
+        if turn == 1 and not killed:
+            pid = pool.pids()[0]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    collect = trainer.collector.collect
+    trainer.collector.collect = functools.partial(collect, on_turn=on_turn)
+    try:
+        first = trainer.train_step()
+        trainer.collector.collect = collect
+        second = trainer.train_step()
+    finally:
+        trainer.close()
+    assert killed
+    assert 1 <= first["rollout/failed"] <= 2  # slots 0 and 2 (actor 0) at most
+    assert first["train/samples"] > 0 and math.isfinite(first["loss/loss"])
+    assert second["rollout/failed"] == 0 and second["rollout/episodes"] == 4
+    assert ray_cluster.is_initialized()  # the trainer did not start this runtime, so it left it up
+    assert _free_cpus(ray_cluster) == 2.0
