@@ -192,6 +192,13 @@ class Leaderboard:
             raise SubmissionError(
                 f"duplicate: this exact record is already on the board{where}", record_id=record["record_id"]
             ) from None
+        except (sa.exc.StatementError, ValueError) as exc:  # psycopg2 raises ValueError for NUL unwrapped
+            if isinstance(exc, OperationalError):  # the database itself failed (not this record): a real error
+                raise
+            # a value the schema let through but this database cannot hold (defence in depth: the schema
+            # is bounded by the columns, so this is a bug to report, not a crash of the whole submit loop)
+            raise SubmissionError(f"the database refused the record: {str(getattr(exc, 'orig', exc)).strip()[:300]}",
+                                  record_id=record["record_id"]) from None
 
     def submit_many(self, records: Iterable[Mapping[str, Any]]) -> list[int | SubmissionError]:
         """Submit each record; a refused one yields its :class:`SubmissionError` instead of an id."""

@@ -201,3 +201,13 @@ def test_submit_rejection_with_markup_prints(tmp_path):
     res = CliRunner().invoke(_app(), ["leaderboard", "submit", str(p), "--board", str(tmp_path / "b.db")])
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.exception
     assert "unknown split '[/]'" in res.output
+
+
+def test_a_value_the_database_refuses_is_a_rejection_not_a_crash(postgres_url):
+    """Defence in depth: with validation off, PostgreSQL's own refusal (a NUL) becomes a SubmissionError."""
+    lb = Leaderboard(postgres_url, validate=False)
+    with pytest.raises(SubmissionError, match="the database refused the record"):
+        lb.submit(_with("agent.label", "a\x00b")())
+    lb.submit(make_record("fine", 0.5))
+    assert len(lb) == 1
+    lb.close()
