@@ -73,7 +73,7 @@ def test_a_json_data_file_holding_numbers(capsys, data):
 ])
 def test_unknown_env_id_lists_close_matches(capsys, argv):
     code, text = run_cli(capsys, *argv)
-    assert_user_error(code, text, "unknown env", "did you mean stratagym/SearchQA-v0")
+    assert_user_error(code, text, "unknown stratagym env", "did you mean stratagym/SearchQA-v0")
 
 
 def test_unknown_env_keyword_lists_the_valid_ones(capsys, data):
@@ -89,7 +89,7 @@ def test_train_output_dir_that_is_a_file(capsys, data):
 def test_train_unknown_env_id_and_keyword(capsys, data):
     code, text = run_cli(capsys, "train", "--config", TINY_RECIPE, "--output-dir", str(data / "r1"),
                          "--set", "env.id=stratagym/CueCoridor-v0")
-    assert_user_error(code, text, "unknown env", "stratagym/CueCorridor-v0")
+    assert_user_error(code, text, "unknown stratagym env", "did you mean stratagym/CueCorridor-v0")
     code, text = run_cli(capsys, "train", "--config", TINY_RECIPE, "--output-dir", str(data / "r2"),
                          "--set", "env.kwargs={corridr: 3}")
     assert_user_error(code, text, "has no argument 'corridr'", "did you mean 'corridor'", "valid ones:")
