@@ -273,6 +273,23 @@ class Trainer:
         if self.accelerator.num_processes > 1:
             seed_everything(self.config.train.seed + 1_000_003 * (self.step + 1) + self.accelerator.process_index)
 
+    def _rollout_metrics(self, batch: RolloutBatch) -> dict[str, float]:
+        """``rollout/*`` metrics of the GLOBAL batch: in a multi-process run every process's episodes
+        (without their payloads) are gathered, so the log shows what one process rolling out the same
+        tasks would, not process 0's shard. Timings and the ``loss/*``, ``adv/*`` metrics stay local."""
+        if self.accelerator.num_processes == 1:
+            return batch.metrics()
+        import dataclasses
+
+        from accelerate.utils import gather_object
+
+        light = [dataclasses.replace(t, steps=[dataclasses.replace(s, payload=None) for s in t.steps])
+                 for t in batch.trajectories]
+        parts = gather_object([(light, batch.generated_tokens)])
+        merged = RolloutBatch([t for part, _ in parts for t in part], generated_tokens=sum(n for _, n in parts),
+                              extra=dict(batch.extra))
+        return merged.metrics()
+
     def _global_denominators(self, tokens_mb: int, rows_mb: int) -> tuple[float, float]:
         """The mini-batch's token and row counts as the loss normalisers must see them. DDP averages
         the processes' gradients, so normalising each process by its OWN counts weights a token of a
@@ -544,7 +561,7 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.rollout()
         t1 = time.perf_counter()
-        metrics = batch.metrics()
+        metrics = self._rollout_metrics(batch)
         metrics.update(self.update(batch))
         t2 = time.perf_counter()
         self.step += 1

@@ -89,6 +89,8 @@ def test_cli_train_checkpoint_and_resume_in_two_processes(tmp_path):
     assert (ckpts / "latest").read_text().strip() == "step-00000001"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1]
+    # rollout metrics are the global batch's: 2 processes x 1 task x 2 episodes
+    assert rows[0]["rollout/episodes"] == 4
     state = json.loads((ckpts / "step-00000001" / "trainer_state.json").read_text())
     assert state["step"] == 1 and state["estimator"]["hadw"]["steps"] == 1
     r = accelerate_launch(["-m", "stratagym.cli", "train", "--config", str(recipe), "--resume",
