@@ -63,8 +63,9 @@ def test_round_cap_and_nothing_informative():
 def test_every_estimator_works_on_a_filtered_batch(name):
     """The kept groups are an ordinary batch: trajectory- and step-level estimators run on it, and no kept
     group is constant, so group-relative estimators give some non-zero advantage (stratified works within
-    (group, search count) cells, which are single rows here).  (ReMax needs the greedy
-    baseline and GAE the critic values that the collector does not produce.)"""
+    (group, search count) cells, which are single rows here).  (ReMax's greedy baselines and GAE's
+    critic values are filled by the trainer: both run with dynamic sampling in test_remax.py and
+    test_ppo_critic.py.)"""
     draws = iter([_batch({0: [[1.0, 0.5], [1.0]], 1: [[0.0], [1.0, 1.0]], 2: [[0.5], [0.5]]}),
                   _batch({0: [[0.0], [0.25, 0.0]], 1: [[1.0], [1.0]]})])
     out = collect_informative(lambda: next(draws), 3, max_rounds=3)

@@ -319,3 +319,16 @@ def test_cli_trains_ppo_from_a_recipe_then_eval_and_leaderboard(tmp_path):
     assert res.returncode == 2
     assert "unknown key(s) ['vf_coef'] in critic" in res.stderr + res.stdout
     assert "Traceback" not in res.stderr + res.stdout
+
+
+def test_ppo_with_dynamic_sampling(tmp_path):
+    """Dynamic sampling keeps only groups whose returns differ; the critic then scores exactly the kept
+    samples (one value per kept step, in the order of the rows)."""
+    trainer = Trainer(_config(tmp_path / "run", **{"rollout.filter_groups": True, "rollout.max_filter_rounds": 3,
+                                                   "train.save_every": 0}))
+    try:
+        row = trainer.train_step()
+        assert 1 <= row["rollout/filter_rounds"] <= 3
+        assert np.isfinite(row["loss/vf_loss"]) and np.isfinite(row["critic/explained_var"])
+    finally:
+        trainer.close()
