@@ -332,3 +332,33 @@ def test_ppo_with_dynamic_sampling(tmp_path):
         assert np.isfinite(row["loss/vf_loss"]) and np.isfinite(row["critic/explained_var"])
     finally:
         trainer.close()
+
+
+def test_critic_gradient_does_not_depend_on_the_micro_batch_size(tmp_path):
+    """Each micro-batch's value loss is weighted by its share of the mini-batch's rows, so accumulating
+    micro-batches of 3 gives the gradient of the whole mini-batch in one piece. Compared on the raw
+    gradients the optimizers receive (no clipping; AdamW's first step would hide a uniform scale error)."""
+    def run(mbs: int, name: str) -> tuple[list, list]:
+        t = Trainer(_config(tmp_path / name, **{"optim.micro_batch_size": mbs, "optim.mini_batches": 1,
+                                                 "optim.ppo_epochs": 1, "optim.max_grad_norm": None,
+                                                 "critic.max_grad_norm": None, "train.save_every": 0}))
+        seen: dict[str, list] = {}
+        for key, opt in (("critic", t.critic_optimizer), ("policy", t.optimizer)):
+            original = opt.step
+
+            def step(*a, _key=key, _opt=opt, _original=original, **k):
+                seen[_key] = [p.grad.detach().clone() for g in _opt.param_groups for p in g["params"]
+                              if p.grad is not None]
+                return _original(*a, **k)
+
+            opt.step = step
+        try:
+            t.train_step()
+        finally:
+            t.close()
+        return seen["critic"], seen["policy"]
+
+    (c1, p1), (c2, p2) = run(3, "small"), run(10_000, "big")
+    assert len(c1) == len(c2) > 0 and any(float(g.abs().sum()) > 0 for g in c1)
+    for a, b in zip(c1 + p1, c2 + p2):
+        assert torch.allclose(a.to_dense(), b.to_dense(), atol=1e-6, rtol=1e-5)
