@@ -297,7 +297,7 @@ class Trainer:
         the averaged gradient the one a single process computes on the global mini-batch."""
         p = self.accelerator.num_processes
         if p == 1:
-            return float(tokens_mb), float(rows_mb)
+            return float(max(tokens_mb, 1)), float(rows_mb)
         t = torch.tensor([float(tokens_mb), float(rows_mb)], dtype=torch.float64, device=self.accelerator.device)
         tot = self.accelerator.reduce(t, reduction="sum")
         return max(float(tot[0]), 1.0) / p, max(float(tot[1]), 1.0) / p
@@ -376,6 +376,34 @@ class Trainer:
         return collect_informative(draw, self.config.rollout.tasks_per_step,
                                    max_rounds=self.config.rollout.max_filter_rounds)
 
+    def _permutation_rng(self) -> np.random.Generator:
+        """The generator that shuffles samples into mini-batches. One process: the trainer's RNG (as
+        before). Several: a per-process one, because processes hold different sample counts and
+        drawing permutations from the shared task RNG would make their task draws diverge."""
+        if self.accelerator.num_processes == 1:
+            return self.rng
+        return np.random.default_rng([self.config.train.seed, self.step, self.accelerator.process_index])
+
+    def _stand_in(self, payload: Any, n_micro: int) -> Optional[tuple]:
+        """For a process with no sample while others train (``n_micro > 0``): a payload borrowed from
+        the first process that has one, with zero advantage and neutral references, so it can run the
+        same backward passes (its loss is multiplied by 0) and DDP's all-reduce does not wait forever.
+        ``None`` on every other process. A collective when several processes run."""
+        p = self.accelerator.num_processes
+        if p == 1 or n_micro == 0:
+            return None
+        from accelerate.utils import broadcast_object_list, gather_object
+
+        have = gather_object([payload is not None])
+        if all(have):
+            return None
+        box = [payload]
+        broadcast_object_list(box, from_process=have.index(True))
+        if payload is not None:
+            return None
+        zero = torch.zeros(1)
+        return ([box[0]], zero, None, [zero] if self.reference is not None else None, zero, zero)
+
     def _n_micro_global(self, n_local: int) -> int:
         if self.accelerator.num_processes == 1:
             return n_local
@@ -419,11 +447,11 @@ class Trainer:
             self.critic.train()
         mbs = oc.micro_batch_size
         for epoch in range(oc.ppo_epochs):
-            order = np.arange(n) if not multi_update else self.rng.permutation(n)
-            for mb in np.array_split(order, oc.mini_batches) if n else [np.arange(0)]:
+            order = np.arange(n) if not multi_update else self._permutation_rng().permutation(n)
+            # as many mini-batches (maybe empty) on every process: each runs collectives
+            for mb in np.array_split(order, oc.mini_batches) if (n or self.accelerator.num_processes > 1) else [order]:
                 mb = list(mb)
-                tokens_mb = sum(max(1, samples[i].num_tokens) for i in mb) or 1
-                tokens_mb, rows_mb = self._global_denominators(tokens_mb, len(mb))
+                tokens_mb, rows_mb = self._global_denominators(sum(max(1, samples[i].num_tokens) for i in mb), len(mb))
                 chunks = [mb[i : i + mbs] for i in range(0, len(mb), mbs)]
                 # DDP padding: every rank must run the same number of backward passes, or the gradient
                 # all-reduce of the last one waits forever. A rank with fewer micro-batches than the
@@ -431,11 +459,17 @@ class Trainer:
                 # multiplied by 0: it joins the all-reduce but adds nothing to the gradient. Gradients
                 # are synchronised only on the last backward (no_sync before it).
                 n_micro = self._n_micro_global(len(chunks))
+                # a process with no sample at all still joins every backward: on a payload borrowed from
+                # a process that has one, with the loss multiplied by 0 (collective: all processes call it)
+                stand_in = self._stand_in(payloads[chunks[0][0]] if chunks else None, n_micro)
                 for ci in range(max(n_micro, 1)):
                     real = ci < len(chunks) and len(chunks[ci]) > 0
                     chunk = chunks[ci] if real else (chunks[0] if chunks and chunks[0] else None)
+                    src = (payloads, adv, old, ref_all, old_values, returns)
+                    if chunk is None and stand_in is not None:
+                        chunk, src = [0], stand_in
                     if chunk is None:
-                        continue  # nothing at all to train on this process
+                        continue  # nothing to train on anywhere
                     last = ci == max(n_micro, 1) - 1
                     ctx = contextlib.ExitStack()
                     if not last and self.accelerator.num_processes > 1:
@@ -443,11 +477,11 @@ class Trainer:
                         if self.critic is not None:
                             ctx.enter_context(self.accelerator.no_sync(self.critic.model))
                     with ctx:
-                        loss, stats, share = self._micro_loss(chunk, payloads, adv, old, ref_all, tokens_mb, rows_mb)
+                        loss, stats, share = self._micro_loss(chunk, src[0], src[1], src[2], src[3], tokens_mb, rows_mb)
                         total = loss * share
                         if self.critic is not None:  # no shared parameters: one backward trains both
-                            vloss, vstats = self._micro_value_loss(chunk, payloads, old_values, returns)
-                            total = total + vloss * (len(chunk) / max(len(mb), 1))
+                            vloss, vstats = self._micro_value_loss(chunk, src[0], src[4], src[5])
+                            total = total + vloss * (len(chunk) / max(rows_mb, 1e-12))
                             stats.update(vstats)
                         if not real:
                             total = total * 0.0

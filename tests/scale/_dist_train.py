@@ -114,14 +114,24 @@ def record(out: Path) -> None:
     control._global_denominators = lambda tokens, rows: (float(tokens), float(rows))
     control_grads = capture_gradients(control)
     control.update(control_batch)
+    # starved: process 1's episodes all failed (no sample at all), process 0 trains alone; process 1
+    # must join every backward (a borrowed payload, loss x 0) or DDP's all-reduce waits forever
+    starved = Trainer(recipe(str(out / "run-starved"), TASKS_PER_PROCESS))
+    starved_grads = capture_gradients(starved)
+    starved_batch = copy.deepcopy(control_batch)
+    if rank == 1:
+        for t in starved_batch.trajectories:
+            t.failed = True
+    starved.update(starved_batch)
     seen = gather_object([{"rank": rank, "groups": groups, "samples": samples, "micro_batches": len(micro), "digest": digest(w),
                            "anchor": metrics.get("adv/hadw_anchor")}])
     if acc.is_main_process:
         torch.save({"trajectories": [t for part in everything for t in part], "grads": grads[0], "weights": w,
-                    "control_grads": control_grads[0]},
+                    "control_grads": control_grads[0], "starved_grads": starved_grads[0]},
                    out / "record.pt")
         (out / "record.json").write_text(json.dumps({"world": world, "ranks": seen}))
     acc.wait_for_everyone()
+    starved.close()
     control.close()
     trainer.close()
 
@@ -136,7 +146,13 @@ def replay(out: Path) -> None:
     tasks, seeds = trainer._sample_tasks()  # what one process would roll out at step 1 (fresh RNG)
     trainer.rng = __import__("numpy").random.default_rng(trainer.config.train.seed)
     metrics = trainer.update(RolloutBatch(data["trajectories"]))
-    torch.save({"grads": grads[0], "weights": weights(trainer)}, out / "replay.pt")
+    # process 0's episodes alone, on a fresh trainer: the starved step must equal this
+    alone = Trainer(recipe(str(out / "run-replay-alone"), TASKS_PER_PROCESS))
+    alone_grads = capture_gradients(alone)
+    half = [t for t in data["trajectories"] if t.group < TASKS_PER_PROCESS]
+    alone.update(RolloutBatch(copy.deepcopy(half)))
+    alone.close()
+    torch.save({"grads": grads[0], "weights": weights(trainer), "alone_grads": alone_grads[0]}, out / "replay.pt")
     (out / "replay.json").write_text(json.dumps({"world": trainer.accelerator.num_processes,
                                                  "tasks": list(zip(tasks, seeds)),
                                                  "anchor": metrics.get("adv/hadw_anchor")}))

@@ -33,7 +33,8 @@ def test_two_process_step_equals_one_process_on_the_global_batch(tmp_path):
     numbers of samples and micro-batches: the DDP padding path), ``grpo+hadw``, token-mean loss.
     The gradient the optimizer applies and the weights after the step equal those of one process
     updating on the concatenated batch, and HA-DW's anchor is the global one. A control step that
-    normalises each process by its own counts gives a different gradient."""
+    normalises each process by its own counts gives a different gradient. A step where process 1 has
+    no sample at all (every episode failed) completes, equal to process 0's episodes alone."""
     r = accelerate_launch([str(SCRIPT), "record", str(tmp_path)])
     assert r.returncode == 0, r.stderr[-3000:]
     r1 = subprocess.run([sys.executable, str(SCRIPT), "replay", str(tmp_path)], capture_output=True, text=True,
@@ -58,6 +59,9 @@ def test_two_process_step_equals_one_process_on_the_global_batch(tmp_path):
     assert _max_diff(a["grads"], b["grads"]) <= 1e-5 * scale
     assert max(float((a["weights"][k] - b["weights"][k]).abs().max()) for k in b["weights"]) <= 1e-6
     assert _max_diff(a["control_grads"], b["grads"]) > 1e-3 * scale
+    # process 1 with no sample at all: the step completes, and equals process 0's episodes alone
+    alone = max(float(g.abs().max()) for g in b["alone_grads"] if g is not None)
+    assert alone > 0 and _max_diff(a["starved_grads"], b["alone_grads"]) <= 1e-5 * alone
 
 
 def _recipe(tmp_path: Path) -> Path:
