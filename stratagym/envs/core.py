@@ -329,8 +329,8 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
             raise ConfigError(
                 f"render_mode={render_mode!r} is not supported; use one of {self.metadata['render_modes']} or None"
             )
-        if max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1, got {max_steps}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+            raise ConfigError(f"max_steps must be an integer >= 1, got {max_steps!r}")
         self.render_mode = render_mode
         self.max_steps = int(max_steps)
         if max_action_chars is not None:

@@ -134,12 +134,14 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
         raise SuiteError(f"no suite file at {p}; the bundled ones are suites/quick.yaml and suites/full.yaml")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SuiteError(f"{p} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise SuiteError(f"{p}: a suite is a mapping with at least 'evals'")
     _unknown(data, _TOP, str(p))
     evals = []
+    if not isinstance(data.get("evals") or [], list):
+        raise SuiteError(f"{p}: 'evals' must be a list of env ids or mappings with 'env'")
     for i, e in enumerate(data.get("evals") or []):
         where = f"{p}: evals[{i}]"
         if isinstance(e, str):

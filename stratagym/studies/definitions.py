@@ -265,6 +265,8 @@ def load_study(path: str | os.PathLike[str]) -> Study:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read study file {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"study file {p} is not UTF-8 text: {exc}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -212,9 +212,9 @@ def load_sft_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None
     if not p.exists():
         raise ConfigError(f"recipe {str(p)!r} does not exist; see recipes/cpu/sft-*.yaml")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"recipe {str(p)!r} is not valid YAML: {exc}") from exc
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # a file that is not UTF-8 is not a recipe either
+        raise ConfigError(f"recipe {str(p)!r} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {str(p)!r} must be a YAML mapping")
     for key, value in (overrides or {}).items():

@@ -119,3 +119,19 @@ def test_the_console_script_itself_prints_no_traceback(data):
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and r.stderr.startswith("error: "), r.stderr
+
+
+@pytest.mark.parametrize("command", [["train", "--config"], ["sft", "--config"], ["bench", "-q", "--suite"], ["study"]])
+def test_a_yaml_file_that_is_not_utf8(capsys, data, command):
+    (data / "binary.yaml").write_bytes(b"\xff\xfe name: x\n")
+    code, text = run_cli(capsys, *command, str(data / "binary.yaml"))
+    assert_user_error(code, text, "binary.yaml", "utf-8")
+
+
+def test_a_suite_whose_evals_is_not_a_list_and_a_bad_max_steps(capsys, data):
+    (data / "suite.yaml").write_text("evals: 5\n")
+    code, text = run_cli(capsys, "bench", "-q", "--suite", str(data / "suite.yaml"))
+    assert_user_error(code, text, "'evals' must be a list")
+    code, text = run_cli(capsys, "eval", "scripted:oracle", "--env", "stratagym/CueCorridor-v0", "-n", "1", "-q",
+                         "-E", "max_steps=abc", "--out", str(data / "r.json"))
+    assert_user_error(code, text, "max_steps must be an integer >= 1, got 'abc'")
