@@ -227,7 +227,7 @@ def render(results: dict[str, Any], out_dir: str | Path) -> None:
     labels = [m["label"] for m in study["methods"]]
     table = markdown_table(summarize(results, metrics), metrics, base=labels[0])
     for ref in study.get("compare_to", ()):
-        if ref in labels:
+        if ref in labels and ref != labels[0]:  # the first method's comparison is the main table's already
             table += "\n" + markdown_table(summarize(results, metrics, base=ref), metrics, base=ref, with_main=False)
     greedy = results.get("greedy_success") or {
         r["method"]: r["greedy_success"] for r in results.get("summary", []) if "greedy_success" in r
