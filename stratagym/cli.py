@@ -15,7 +15,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 app = typer.Typer(
     add_completion=False,
@@ -49,19 +48,15 @@ console = Console()
 def envs_list(available: bool = typer.Option(False, "--available", help="Only envs whose extras are installed.")) -> None:
     """Print every registered env: id, description, metadata keys and availability."""
     import stratagym
+    from stratagym.display import print_table
 
-    table = Table(title="stratagym environments")
-    for col in ("id", "description", "metadata keys", "agents", "availability"):
-        table.add_column(col, overflow="fold")
-    for spec in stratagym.list_envs(available_only=available):
-        table.add_row(
-            spec.id,
-            spec.description,
-            ", ".join(spec.metadata_keys),
-            ", ".join(sorted(set(spec.agents) | {"random"})),
-            spec.availability(),
-        )
-    console.print(table)
+    rows = [
+        [spec.id, spec.description, ", ".join(spec.metadata_keys), ", ".join(sorted(set(spec.agents) | {"random"})),
+         spec.availability()]
+        for spec in stratagym.list_envs(available_only=available)
+    ]
+    # plug-in descriptions are third-party text: print_table shows them literally (no markup), whole when piped
+    print_table(console, "stratagym environments", ["id", "description", "metadata keys", "agents", "availability"], rows)
 
 
 @envs_app.command("check")
@@ -71,6 +66,7 @@ def envs_check(env_id: Optional[str] = typer.Argument(None, help="One env id; de
     from gymnasium.utils.env_checker import check_env
 
     import stratagym
+    from stratagym.display import esc
 
     ids = [env_id] if env_id else [s.id for s in stratagym.list_envs(available_only=True)]
     failed = 0
@@ -78,10 +74,10 @@ def envs_check(env_id: Optional[str] = typer.Argument(None, help="One env id; de
         env = gym.make(eid)
         try:
             check_env(env.unwrapped, skip_render_check=True)
-            console.print(f"[green]ok[/green]   {eid}")
+            console.print(f"[green]ok[/green]   {esc(eid)}")
         except Exception as exc:  # report every env, then fail
             failed += 1
-            console.print(f"[red]FAIL[/red] {eid}: {exc}")
+            console.print(f"[red]FAIL[/red] {esc(eid)}: {esc(exc)}")
         finally:
             env.close()
     raise typer.Exit(1 if failed else 0)

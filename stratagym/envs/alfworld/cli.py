@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from stratagym.display import esc
+
 __all__ = ["register"]
 
 
@@ -66,11 +68,11 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                     finally:
                         shutil.rmtree(tmp, ignore_errors=True)
                     written += 1
-                    console.print(f"{rec.key}  [dim]{rec.task_desc}; walkthrough {len(rec.walkthrough)} steps[/dim]")
-            console.print(f"[green]wrote {written} games to {out}[/green]")
-            console.print(json.dumps({"play_with": f"gymnasium.make('stratagym/ALFWorld-v0', data_path='{out}')"}))
+                    console.print(f"{esc(rec.key)}  [dim]{esc(rec.task_desc)}; walkthrough {len(rec.walkthrough)} steps[/dim]")
+            console.print(f"[green]wrote {written} games to {esc(out)}[/green]")
+            console.print(esc(json.dumps({"play_with": f"gymnasium.make('stratagym/ALFWorld-v0', data_path='{out}')"})))
         except ConfigError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(2)
 
     @alf.command("list")
@@ -92,10 +94,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         try:
             games = resolve_games(split, data_path)
         except ConfigError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(2)
         counts = collections.Counter(e.task_type for e in games.entries)
-        table = Table(title=f"ALFWorld {games.split} ({games.source}: {games.split_dir})")
+        table = Table(title=esc(f"ALFWorld {games.split} ({games.source}: {games.split_dir})"))
         table.add_column("task type")
         table.add_column("games", justify="right")
         for t, c in sorted(counts.items()):

@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from stratagym.display import esc
+
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     serve = groups["serve"]
@@ -32,7 +34,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         site = build_site(SiteConfig(data_dir=data_dir, items_path=items_path, attrs_path=attrs_path,
                                      human_ins_path=human_ins_path, search_backend=search_backend, show_attrs=show_attrs))
         if host not in ("127.0.0.1", "localhost", "::1"):
-            console.print(f"[yellow]warning[/yellow]: binding {host} exposes the site beyond this machine")
+            console.print(f"[yellow]warning[/yellow]: binding {esc(host)} exposes the site beyond this machine")
         server = ServerThread(create_app(site, split=split), host=host, port=port)
         console.print(
             f"WebShop: {len(site.catalog.products)} products, {len(site.catalog.task_ids(split))} goals ({split}); "
