@@ -65,7 +65,7 @@ def test_requests_arriving_during_a_search_form_the_next_batch(bm25):
     gated = _Gated(bm25)
 
     async def main():
-        b = MicroBatcher(gated)
+        b = MicroBatcher(gated, inline_max_queries=0)  # every call on the worker thread: the test can block it
         await b.start()
         first = asyncio.create_task(b.submit(["Kubae river flows"], 3))
         await asyncio.get_running_loop().run_in_executor(None, gated.entered.wait, 30)
@@ -89,7 +89,7 @@ def test_batches_respect_max_batch(bm25):
     gated = _Gated(bm25)
 
     async def main():
-        b = MicroBatcher(gated, max_batch=3)
+        b = MicroBatcher(gated, max_batch=3, inline_max_queries=0)
         await b.start()
         first = asyncio.create_task(b.submit(["a"], 3))
         await asyncio.get_running_loop().run_in_executor(None, gated.entered.wait, 30)
@@ -101,3 +101,33 @@ def test_batches_respect_max_batch(bm25):
 
     asyncio.run(main())
     assert gated.sizes == [1, 3, 2]
+
+
+class _ThreadRecorder(Retriever):
+    backend = "threads"
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []  # (thread name, batch size)
+
+    def batch_search(self, queries, k=3):
+        self.calls.append((threading.current_thread().name, len(queries)))
+        return self.inner.batch_search(queries, k)
+
+
+def test_small_batches_run_on_the_loop_thread_large_ones_on_the_worker(bm25):
+    """Small batches skip the thread hand-over; a batch above inline_max_queries goes to the worker."""
+    rec = _ThreadRecorder(bm25)
+
+    async def main():
+        b = MicroBatcher(rec, inline_max_queries=2)
+        await b.start()
+        small = await b.submit(["Kubae river flows", "Kubae"], 3)
+        large = await b.submit(["Kubae river flows", "Kubae", "zzzz"], 3)
+        await b.stop()
+        return threading.current_thread().name, small, large
+
+    loop_thread, small, large = asyncio.run(main())
+    assert rec.calls == [(loop_thread, 2), ("retriever_0", 3)]
+    assert [[h.id for h in hits] for hits in large] == [[h.id for h in hits] for hits in
+                                                       bm25.batch_search(["Kubae river flows", "Kubae", "zzzz"], 3)]
+    assert [[h.id for h in hits] for hits in small] == [[h.id for h in hits] for hits in large[:2]]

@@ -42,17 +42,26 @@ class ServerLimits:
     max_topk: int = 100
     max_batch: int = 256         # queries merged into one retriever call
     max_wait_ms: float = 0.0     # extra linger for more requests; 0 = adaptive batching only
+    inline_max_queries: int = 32  # batches up to this size are searched on the event loop's thread
 
 
 class MicroBatcher:
-    """Merges concurrent requests into batched retriever calls on a single worker thread.
+    """Merges concurrent requests into batched retriever calls, one call at a time.
 
     Batches adapt to the load (see :meth:`_run`): no request waits for others when the server is idle.
+    Calls never overlap, so backends need not be thread-safe. Batches of at most
+    ``inline_max_queries`` queries run on the event loop's own thread: handing them to the worker
+    thread and back (two thread wake-ups and GIL hand-overs) cost more server CPU per single-query
+    request than the search itself (measured on the Lucene backend, benchmarks/retrieval.py), and the
+    requests that arrive meanwhile wait in the socket buffers and merge into the next batch. Larger
+    batches run on the worker thread, so the server keeps accepting requests during a long search.
     """
 
-    def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_wait_ms: float = 0.0):
+    def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_wait_ms: float = 0.0,
+                 inline_max_queries: int = 32):
         self.retriever = retriever
         self.max_batch, self.max_wait = int(max_batch), float(max_wait_ms) / 1000.0
+        self.inline_max_queries = int(inline_max_queries)
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever")
@@ -90,8 +99,9 @@ class MicroBatcher:
         """Adaptive batching: a request that finds the queue empty is searched at once.
 
         What merges is only what is already waiting: requests whose handlers ran in the same event-loop
-        turn, and those that arrived while the previous search ran (the loop is free then, the search
-        runs on the worker thread). So one client sending one query at a time never waits for company,
+        turn, and those that arrived while the previous search ran (queued by the loop while a large
+        batch runs on the worker thread, or waiting in the socket buffers while a small one runs on the
+        loop's thread). So one client sending one query at a time never waits for company,
         while many clients form batches as large as the retriever's own pace makes them. ``max_wait_ms``
         > 0 adds the old fixed linger for more requests after that (off by default).
         """
@@ -116,7 +126,10 @@ class MicroBatcher:
             queries = [q for qs, _, _ in batch for q in qs]
             k = max(k for _, k, _ in batch)
             try:
-                results = await loop.run_in_executor(self._executor, self.retriever.batch_search, queries, k)
+                if len(queries) <= self.inline_max_queries:
+                    results = self.retriever.batch_search(queries, k)
+                else:
+                    results = await loop.run_in_executor(self._executor, self.retriever.batch_search, queries, k)
                 self.calls += 1
                 if len(results) != len(queries):
                     raise RuntimeError(f"retriever returned {len(results)} result lists for {len(queries)} queries")
@@ -155,7 +168,8 @@ def create_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> A
                     raise ValueError(f"query {i} is not valid Unicode text (it holds a lone surrogate)")
             return v
 
-    batcher = MicroBatcher(retriever, max_batch=limits.max_batch, max_wait_ms=limits.max_wait_ms)
+    batcher = MicroBatcher(retriever, max_batch=limits.max_batch, max_wait_ms=limits.max_wait_ms,
+                           inline_max_queries=limits.inline_max_queries)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
