@@ -265,9 +265,17 @@ def _points(curve: Any) -> list[tuple[float, float]]:
     pts = []
     for p in curve if isinstance(curve, list) else []:
         if isinstance(p, dict) and "step" in p and "reward" in p:
-            pts.append((float(p["step"]), float(p["reward"])))
+            xy = (p["step"], p["reward"])
         elif isinstance(p, (list, tuple)) and len(p) == 2:
-            pts.append((float(p[0]), float(p[1])))
+            xy = (p[0], p[1])
+        else:
+            continue
+        try:  # a board stored before records were schema-checked may hold anything here: skip it
+            x, y = float(xy[0]), float(xy[1])
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(x) and math.isfinite(y):
+            pts.append((x, y))
     return sorted(pts)
 
 

@@ -211,3 +211,15 @@ def test_a_value_the_database_refuses_is_a_rejection_not_a_crash(postgres_url):
     lb.submit(make_record("fine", 0.5))
     assert len(lb) == 1
     lb.close()
+
+
+def test_render_of_a_board_stored_before_validation_survives_bad_curves(tmp_path):
+    """Records stored by an older stratagym (no schema check) can hold a curve of text or NaN: the
+    training plot skips those points instead of failing the whole render."""
+    lb = Leaderboard(tmp_path / "old.db", validate=False)
+    bad = make_record("old", 0.5, algorithm="grpo", training={"algorithm": "grpo", "curve": [
+        {"step": "one", "reward": 1}, {"step": 2, "reward": None}, [3, "1e999"], {"step": 4, "reward": 0.5}, "x"]})
+    lb.submit(bad)
+    paths = render_board(lb, tmp_path / "site")
+    assert "plot:_training" in paths and paths["plot:_training"].read_bytes()[:4] == b"\x89PNG"
+    lb.close()
