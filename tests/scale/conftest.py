@@ -1,6 +1,13 @@
-"""Fixtures for the scale tests: one private local Ray cluster per module that asks for it."""
+"""Helpers for the scale tests: a private local Ray cluster per module, a check for leftover Ray
+processes, and `accelerate launch` with 2 CPU processes."""
 
 from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +47,18 @@ def ray_processes() -> list[str]:
         if "gcs_server" in text or "raylet" in text or "ray::" in text or "default_worker.py" in text:
             out.append(text[:120])
     return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def accelerate_launch(args: list[str], num_processes: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``accelerate launch`` with 2 CPU processes on a free rendezvous port, one thread each."""
+    exe = Path(sys.executable).with_name("accelerate")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [str(exe), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

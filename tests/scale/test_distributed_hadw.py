@@ -17,32 +17,18 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.scale.conftest import accelerate_launch
+
 pytest.importorskip("accelerate")
 
 SCRIPT = Path(__file__).with_name("_dist_hadw.py")
 SPECS = ["grpo+hadw", "stratified+hadw/window"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def accelerate_launch(args: list[str], num_processes: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``accelerate launch`` with 2 CPU processes on a free rendezvous port, one thread each."""
-    exe = Path(sys.executable).with_name("accelerate")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [str(exe), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow

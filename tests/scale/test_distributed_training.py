@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.scale.test_distributed_hadw import accelerate_launch
+from tests.scale.conftest import accelerate_launch
 
 pytest.importorskip("accelerate")
 SCRIPT = Path(__file__).with_name("_dist_train.py")

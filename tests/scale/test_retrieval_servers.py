@@ -7,7 +7,6 @@ serve the bundled corpus with bm25s, so every hit can be checked against the in-
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
