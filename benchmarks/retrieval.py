@@ -141,7 +141,9 @@ def _serve(kind: str, index_dir: str, port: int) -> None:
         from stratagym.envs.search_qa.retrievers.lucene import PyseriniRetriever
         from stratagym.envs.search_qa.server import create_app
 
-        app = create_app(PyseriniRetriever(index_dir))
+        # Anserini's batch search on as many Java threads as there are cores (Search-R1's server runs
+        # its per-query searches on FastAPI's thread pool, so both sides may use every core)
+        app = create_app(PyseriniRetriever(index_dir, threads=os.cpu_count() or 1))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
@@ -175,33 +177,81 @@ def _start_server(kind: str, index_dir: Path):
     raise RuntimeError(f"{kind} server did not answer within 180 s")
 
 
+class _Conn:
+    """A keep-alive HTTP/1.1 connection (stdlib ``http.client``): a much lighter client than httpx, so on
+    a small machine the load generator takes less of the CPU the servers compete for."""
+
+    def __init__(self, url: str):
+        import http.client
+        from urllib.parse import urlsplit
+
+        u = urlsplit(url)
+        self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+
+    def retrieve(self, queries: list[str]) -> dict:
+        import json
+
+        body = json.dumps({"queries": queries, "topk": 3, "return_scores": True}).encode()
+        self.conn.request("POST", "/retrieve", body, {"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
+        return json.loads(data)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def _load(url: str, queries: list[str], mode: str) -> float:
     """Queries per second that ``url`` serves under ``mode``: single | batch64 | concurrent32."""
-    import asyncio
+    import queue as queue_mod
+    import threading
 
-    import httpx
-
-    body = lambda qs: {"queries": qs, "topk": 3, "return_scores": True}  # noqa: E731
     if mode in ("single", "batch64"):
         size = 1 if mode == "single" else 64
-        with httpx.Client(timeout=60) as c:
-            t0 = time.perf_counter()
-            for i in range(0, len(queries), size):
-                c.post(url + "/retrieve", json=body(queries[i : i + size])).raise_for_status()
-            return len(queries) / (time.perf_counter() - t0)
+        c = _Conn(url)
+        t0 = time.perf_counter()
+        for i in range(0, len(queries), size):
+            c.retrieve(queries[i : i + size])
+        rate = len(queries) / (time.perf_counter() - t0)
+        c.close()
+        return rate
+    # 32 client threads, each with its own connection, taking single queries from one shared queue
+    todo: "queue_mod.SimpleQueue[str]" = queue_mod.SimpleQueue()
+    for q in queries:
+        todo.put(q)
+    errors: list[BaseException] = []
 
-    async def run() -> float:
-        it = iter(queries)
-        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as c:
-            async def client():
-                for q in it:
-                    (await c.post(url + "/retrieve", json=body([q]))).raise_for_status()
+    def client() -> None:
+        c = _Conn(url)
+        try:
+            while True:
+                try:
+                    q = todo.get_nowait()
+                except queue_mod.Empty:
+                    return
+                c.retrieve([q])
+        except BaseException as exc:  # noqa: BLE001 - reported after the run
+            errors.append(exc)
+        finally:
+            c.close()
 
-            t0 = time.perf_counter()
-            await asyncio.gather(*(client() for _ in range(32)))
-            return len(queries) / (time.perf_counter() - t0)
+    threads = [threading.Thread(target=client) for _ in range(32)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} client errors, first: {errors[0]!r}")
+    return len(queries) / (time.perf_counter() - t0)
 
-    return asyncio.run(run())
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and all its threads (the JVM's included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def server_benchmark(index_dir: Path, queries: list[str], repeats: int) -> None:
@@ -219,22 +269,35 @@ def server_benchmark(index_dir: Path, queries: list[str], repeats: int) -> None:
                    for a, b in zip(*answers))
         print(f"\nretrieval servers on loopback, same Lucene index ({len(queries)} queries per load, top-3, with scores); "
               f"same top-3 passages for {same}/{len(probe)} probe queries")
+        for _, url in servers.values():  # warm both JVMs and servers up before anything is timed
+            _load(url, queries[:200], "single")
+            _load(url, queries[:256], "batch64")
         modes = {"single": "1 client x single queries", "batch64": "1 client x batches of 64",
                  "concurrent32": "32 concurrent clients x single queries"}
         rates: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[tuple[str, str], list[float]] = {}  # server CPU us per query
         for r in range(repeats):
             order = list(servers) if r % 2 == 0 else list(servers)[::-1]
             for mode in modes:
                 for kind in order:
-                    rates.setdefault((kind, mode), []).append(_load(servers[kind][1], queries, mode))
+                    proc, url = servers[kind]
+                    c0 = _cpu_seconds(proc.pid)
+                    rates.setdefault((kind, mode), []).append(_load(url, queries, mode))
+                    cpu.setdefault((kind, mode), []).append(1e6 * (_cpu_seconds(proc.pid) - c0) / len(queries))
             print(f"  repeat {r + 1}: " + "; ".join(
-                f"{m} {rates[('stratagym', m)][-1]:.0f} vs {rates[('search-r1', m)][-1]:.0f} q/s" for m in modes), flush=True)
+                f"{m} {rates[('stratagym', m)][-1]:.0f} vs {rates[('search-r1', m)][-1]:.0f} q/s "
+                f"({cpu[('stratagym', m)][-1]:.0f} vs {cpu[('search-r1', m)][-1]:.0f} us CPU/query)" for m in modes), flush=True)
+        fmt = lambda v, f="{:.0f}": f"{f.format(statistics.mean(v))} [{f.format(min(v))}-{f.format(max(v))}]"  # noqa: E731
+        print("throughput (wall clock; on a shared machine it swings with other jobs):")
         print(f"{'load':42s}{'stratagym q/s':>22s}{'Search-R1 q/s':>22s}{'ratio':>20s}")
         for mode, label in modes.items():
             a, b = rates[("stratagym", mode)], rates[("search-r1", mode)]
-            ratio = [x / y for x, y in zip(a, b)]
-            fmt = lambda v, f="{:.0f}": f"{f.format(statistics.mean(v))} [{f.format(min(v))}-{f.format(max(v))}]"  # noqa: E731
-            print(f"{label:42s}{fmt(a):>22s}{fmt(b):>22s}{fmt(ratio, '{:.2f}'):>20s}")
+            print(f"{label:42s}{fmt(a):>22s}{fmt(b):>22s}{fmt([x / y for x, y in zip(a, b)], '{:.2f}'):>20s}")
+        print("server CPU per query (all threads, JVM included; steadier than wall time on a shared machine):")
+        print(f"{'load':42s}{'stratagym us':>22s}{'Search-R1 us':>22s}{'Search-R1 / ours':>20s}")
+        for mode, label in modes.items():
+            a, b = cpu[("stratagym", mode)], cpu[("search-r1", mode)]
+            print(f"{label:42s}{fmt(a):>22s}{fmt(b):>22s}{fmt([y / x for x, y in zip(a, b)], '{:.2f}'):>20s}")
     finally:
         for proc, _ in servers.values():
             proc.terminate()
