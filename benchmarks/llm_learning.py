@@ -1,0 +1,229 @@
+"""Does RL improve an LLM policy here? GRPO vs Stratified GRPO (and +HA-DW) from one SFT checkpoint.
+
+Every run starts from the same SFT checkpoint (``stratagym sft --config recipes/cpu/sft-searchqa.yaml``),
+trains with the same recipe (``recipes/cpu/grpo-tiny-searchqa.yaml``: same budget, lr, group size,
+reward shaping) and changes only the advantage estimator and the seed. Before and after, the policy is
+evaluated greedily on the same first ``--eval-n`` test questions through the eval harness (the records
+are the ones ``stratagym leaderboard submit`` takes). Reported:
+
+* test EM before (the SFT checkpoint) and after RL, with Wilson 95% intervals;
+* paired differences after - before over the same questions (bootstrap 95% interval), per seed, and
+  their mean/sd across seeds;
+* the fraction of groups whose G rewards all tie (zero advantage for GRPO) over the first and the last
+  steps of each run, and the learning curves (train return per step).
+
+    OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --steps 30 --seeds 0,1,2 --jobs 2
+    python benchmarks/llm_learning.py report            # markdown tables from runs/llm_learning/
+
+Runs go to ``runs/llm_learning/<method>-s<seed>/`` (checkpoint, metrics.jsonl, result.json, eval record),
+one subprocess each, at most ``--jobs`` at a time (one thread each: the machine has two shared cores).
+A finished run (its result.json exists) is not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes/cpu/grpo-tiny-searchqa.yaml"
+SFT = ROOT / "data/checkpoints/sft-searchqa"
+OUT = ROOT / "runs/llm_learning"
+METHODS = {
+    "grpo": ("grpo", {}),
+    "stratified": ("stratified", {"alpha": 0.6}),
+    "stratified+hadw": ("stratified+hadw", {"alpha": 0.6}),
+}
+
+
+def _recipe_env(recipe_path: Path) -> tuple[str, dict[str, Any]]:
+    import yaml
+
+    data = yaml.safe_load(recipe_path.read_text())
+    env = data["env"]
+    return env["id"], dict(env.get("eval_kwargs") or env.get("kwargs") or {})
+
+
+def evaluate(agent: str, out: Path, *, n: int, label: str, algorithm: str | None, recipe: Path) -> dict[str, Any]:
+    """Greedy eval of ``agent`` on the first ``n`` questions of the recipe's eval split; returns the record."""
+    from stratagym.eval.harness import EvalConfig, evaluate as run_eval
+
+    env_id, kwargs = _recipe_env(recipe)
+    split = kwargs.pop("split", "test")
+    cfg = EvalConfig(agent=agent, env_id=env_id, split=split, n=n, seeds=(0,), batch_size=64, env_kwargs=kwargs,
+                     label=label, algorithm=algorithm)
+    return run_eval(cfg, out=out, resume=True, progress=False)
+
+
+def _scores(record: dict[str, Any]) -> dict[str, float]:
+    return {str(e["task_id"]): float(e["score"]) for e in record["episodes"]}
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One RL run: train from the SFT checkpoint, record tied-group fractions, evaluate the result."""
+    import torch
+
+    torch.set_num_threads(1)
+    from stratagym.training.config import load_recipe
+    from stratagym.training.trainer import Trainer
+
+    estimator, kwargs = METHODS[args.method]
+    run_dir = Path(args.out) / f"{args.method}-s{args.seed}"
+    overrides = {
+        "name": f"{args.method}-sft-searchqa-s{args.seed}",
+        "policy.model": str(args.sft),
+        "algorithm.estimator": estimator,
+        "algorithm.estimator_kwargs": kwargs,
+        "train.seed": args.seed,
+        "train.total_steps": args.steps,
+        "train.output_dir": str(run_dir / "train"),
+        "train.save_every": args.steps,
+        "train.eval_every": 0,
+        "train.progress": False,
+        "train.tensorboard": False,
+    }
+    recipe = load_recipe(args.recipe, overrides)
+    tied: list[dict[str, float]] = []
+
+    class Recording(Trainer):
+        def rollout(self):  # noqa: ANN201 - the trainer's RolloutBatch
+            batch = super().rollout()
+            groups: dict[int, list[float]] = {}
+            for t in batch.ok:
+                groups.setdefault(t.group, []).append(float(t.env_return))
+            n_tied = sum(1 for r in groups.values() if max(r) == min(r))
+            tied.append({"groups": len(groups), "tied": n_tied, "all0": sum(1 for r in groups.values() if max(r) == 0),
+                         "all1": sum(1 for r in groups.values() if min(r) == 1)})
+            return batch
+
+    t0 = time.perf_counter()
+    trainer = Recording(recipe)
+    try:
+        rows = trainer.train()
+        ckpt = trainer.save()
+    finally:
+        trainer.close()
+    train_s = time.perf_counter() - t0
+    policy_dir = Path(ckpt) / "policy" if ckpt else None
+    if policy_dir is None or not policy_dir.exists():
+        from stratagym.training.checkpoint import latest_checkpoint
+
+        policy_dir = latest_checkpoint(run_dir / "train") / "policy"
+    t1 = time.perf_counter()
+    record = evaluate(str(policy_dir), run_dir / "eval_test.json", n=args.eval_n,
+                      label=f"{args.method} from SFT (s{args.seed}, {args.steps} steps)", algorithm=args.method,
+                      recipe=args.recipe)
+    eval_s = time.perf_counter() - t1
+    curve = [{"step": r["step"], "return": r.get("rollout/return"), "format_ok": r.get("rollout/format_ok"),
+              "search_count": r.get("rollout/search_count"), "adv_nonzero": r.get("adv/nonzero"),
+              "loss": r.get("loss/loss"), "time": r.get("time/step"), **tied[i]} for i, r in enumerate(rows)]
+    result = {"method": args.method, "seed": args.seed, "steps": args.steps, "train_s": train_s, "eval_s": eval_s,
+              "checkpoint": str(policy_dir), "curve": curve, "scores": _scores(record),
+              "eval_record": str(run_dir / "eval_test.json")}
+    (run_dir / "result.json").write_text(json.dumps(result, indent=1))
+
+
+def run(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    before = out / "sft" / "eval_test.json"
+    if not before.exists():
+        t0 = time.perf_counter()
+        evaluate(str(args.sft), before, n=args.eval_n, label="SFT (oracle demos, no RL)", algorithm="sft", recipe=args.recipe)
+        print(f"SFT eval: {time.perf_counter() - t0:.0f}s", flush=True)
+    jobs = [(m, s) for s in args.seeds for m in args.methods
+            if not (out / f"{m}-s{s}" / "result.json").exists()]
+    running: list[tuple[subprocess.Popen, str, float]] = []
+    while jobs or running:
+        while jobs and len(running) < args.jobs:
+            m, s = jobs.pop(0)
+            (out / f"{m}-s{s}").mkdir(parents=True, exist_ok=True)
+            log = open(out / f"{m}-s{s}" / "log.txt", "w")
+            cmd = [sys.executable, __file__, "worker", "--method", m, "--seed", str(s), "--steps", str(args.steps),
+                   "--eval-n", str(args.eval_n), "--sft", str(args.sft), "--recipe", str(args.recipe), "--out", str(out)]
+            running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}),
+                            f"{m}-s{s}", time.perf_counter()))
+            print(f"started {m} seed {s}", flush=True)
+        time.sleep(2)
+        for item in list(running):
+            proc, name, t0 = item
+            if proc.poll() is not None:
+                running.remove(item)
+                print(f"finished {name} (exit {proc.returncode}) in {time.perf_counter() - t0:.0f}s", flush=True)
+    report(args)
+
+
+def _fmt(est: Any) -> str:
+    return f"{est.value:.3f} [{est.low:.3f}, {est.high:.3f}]"
+
+
+def report(args: argparse.Namespace) -> None:
+    from stratagym.eval.stats import across_seeds, mean, proportion
+
+    out = Path(args.out)
+    before_rec = json.loads((out / "sft" / "eval_test.json").read_text())
+    before = _scores(before_rec)
+    ids = sorted(before)
+    b = proportion([before[i] for i in ids])
+    lines = [f"SFT checkpoint, test EM on {len(ids)} questions: {_fmt(b)}", "",
+             "| method | seed | steps | train s | EM after [95% CI] | paired diff after-before [95% CI] | tied groups first 3 steps | tied groups last 3 steps | train return first 3 -> last 3 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    summary: dict[str, list[float]] = {}
+    for m in args.methods:
+        for s in args.seeds:
+            f = out / f"{m}-s{s}" / "result.json"
+            if not f.exists():
+                continue
+            r = json.loads(f.read_text())
+            after = r["scores"]
+            a = proportion([after[i] for i in ids])
+            d = mean([after[i] - before[i] for i in ids])
+            summary.setdefault(m, []).append(d.value)
+            c = r["curve"]
+
+            def frac(rows: list[dict[str, Any]]) -> float:
+                return sum(x["tied"] for x in rows) / max(1, sum(x["groups"] for x in rows))
+
+            def ret(rows: list[dict[str, Any]]) -> float:
+                return sum(x["return"] or 0.0 for x in rows) / max(1, len(rows))
+
+            lines.append(f"| {m} | {s} | {r['steps']} | {r['train_s']:.0f} | {_fmt(a)} | {d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | "
+                         f"{frac(c[:3]):.2f} | {frac(c[-3:]):.2f} | {ret(c[:3]):.3f} -> {ret(c[-3:]):.3f} |")
+    lines += ["", "| method | seeds | mean paired diff | sd | min | max |", "| --- | --- | --- | --- | --- | --- |"]
+    for m, diffs in summary.items():
+        sm = across_seeds(diffs)
+        lines.append(f"| {m} | {len(diffs)} | {sm.mean:+.3f} | {sm.std:.3f} | {min(diffs):+.3f} | {max(diffs):+.3f} |")
+    text = "\n".join(lines)
+    print(text)
+    (out / "report.md").write_text(text + "\n")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["run", "report", "worker"])
+    p.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
+    p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
+    p.add_argument("--method", default="grpo")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--eval-n", type=int, default=300)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--sft", type=Path, default=SFT)
+    p.add_argument("--recipe", type=Path, default=RECIPE)
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args()
+    {"run": run, "report": report, "worker": worker}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
