@@ -161,13 +161,16 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             from stratagym.leaderboard.store import Leaderboard, SubmissionError
 
             lb = Leaderboard(board)
-            for r in records:
+            refused = 0
+            for r in records:  # every record is tried: one refusal does not hold back the others
                 try:
                     rid = lb.submit(r)
                     console.print(f"[green]submitted[/green] {r['record_id'][:12]} as #{rid} to {esc(lb.url)}")
                 except SubmissionError as exc:
+                    refused += 1
                     console.print(f"[red]rejected:[/red] {esc(exc)}")
-                    raise typer.Exit(1) from None
+            if refused:
+                raise typer.Exit(1)
 
     @app.command("bench")
     def bench_cmd(

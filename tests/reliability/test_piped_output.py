@@ -58,3 +58,25 @@ def test_eval_summary_prints_a_markup_label_literally_on_one_line(capsys, tmp_pa
     assert info.value.code in (0, None), out.err
     row = next(ln for ln in out.out.splitlines() if ln.startswith("[/]my agent"))
     assert row.split()[2:5] == ["DifficultyShared-v0", "default", "2"]
+
+
+def test_eval_submit_tries_every_record_after_a_refusal(capsys, tmp_path):
+    """``eval --suite ... --submit`` stopped at the first refused record; the others now still go in."""
+    from stratagym.leaderboard.store import Leaderboard
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text("evals:\n  - {env: stratagym/DifficultyMix-v0, n: 2}\n  - {env: stratagym/DifficultyShared-v0, n: 2}\n")
+    board = tmp_path / "b.db"
+    args = ["eval", "scripted:oracle", "--suite", str(suite), "-q", "--submit", "--board", str(board), "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit):
+        main(args)
+    capsys.readouterr()
+    lb = Leaderboard(board)
+    lb.delete(lb.records()[-1]["_board_id"])  # the first record is now a duplicate, the second new again
+    lb.close()
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    out = capsys.readouterr()
+    assert info.value.code == 1
+    lines = out.err.splitlines()
+    assert sum(ln.startswith("rejected:") for ln in lines) == 1 and sum(ln.startswith("submitted") for ln in lines) == 1
