@@ -132,7 +132,7 @@ def user_error_message(exc: BaseException) -> str | None:
     Unknown env ids get the close matches among registered envs; an unknown env keyword argument gets
     the list of valid ones (gymnasium re-raises the constructor's TypeError naming the env id).
     """
-    from stratagym.eval.hints import env_kwarg_message, unknown_env_message
+    from stratagym.envs.hints import env_kwarg_message, unknown_env_message
 
     kwarg = env_kwarg_message(exc)
     if kwarg is not None:

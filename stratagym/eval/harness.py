@@ -32,7 +32,7 @@ import gymnasium as gym
 
 from stratagym.eval.agents import AgentSpec, AgentSpecError, build_agent, parse_agent_spec, scripted_env_kwargs
 from stratagym.eval.aggregate import aggregate
-from stratagym.eval.hints import env_kwarg_message, unknown_env_message
+from stratagym.envs.hints import env_kwarg_message, unknown_env_message
 from stratagym.eval.episodes import EpisodeRecord
 from stratagym.training.rollout import InProcessPool, play
 from stratagym.eval.records import (

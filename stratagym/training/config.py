@@ -206,6 +206,7 @@ class RecipeConfig:
 
         if not self.env.id:
             raise ConfigError("env.id is missing: name a registered env, e.g. env: {id: stratagym/SearchQA-v0}")
+        check_env(self.env.id, {"env.kwargs": self.env.kwargs, "env.eval_kwargs": self.env.eval_kwargs or {}})
         if not self.policy:
             raise ConfigError("policy is missing: e.g. policy: {model: tiny} (the local tiny model) or a HF model folder")
         _positive("rollout.group_size", self.rollout.group_size)
@@ -268,6 +269,32 @@ class RecipeConfig:
             policy["model"] = str(tiny_lm_path())
         cfg.policy = policy
         return cfg.validate()
+
+
+def check_env(env_id: str, kwarg_sets: dict[str, dict[str, Any]]) -> None:
+    """Refuse an unknown env id or env keyword argument now, with the close matches / valid names, rather
+    than after the policy (possibly a multi-GB model) is loaded, when the first env is made."""
+    import difflib
+
+    import gymnasium as gym
+
+    from stratagym.envs.hints import unknown_env_message, valid_env_kwargs
+    from stratagym.envs.registry import register_all
+
+    register_all()
+    if env_id not in gym.registry:
+        raise ConfigError(f"env.id: {unknown_env_message(env_id)}")
+    valid = valid_env_kwargs(env_id)
+    if valid is None:  # a constructor taking **kwargs: gymnasium.make will say
+        return
+    allowed = set(valid) | {"max_episode_steps", "disable_env_checker"}  # gymnasium.make's own options
+    for name, kwargs in kwarg_sets.items():
+        bad = sorted(set(kwargs) - allowed)
+        if bad:
+            close = difflib.get_close_matches(bad[0], valid, n=1)
+            maybe = f" (did you mean {close[0]!r}?)" if close else ""
+            what = f"argument {bad[0]!r}{maybe}" if len(bad) == 1 else f"arguments {bad}"
+            raise ConfigError(f"{name}: {env_id} has no {what}; valid ones: {', '.join(valid)}")
 
 
 def check_output_dir(name: str, path: str | Path) -> None:

@@ -22,8 +22,9 @@ _BARE = re.compile(r"unexpected keyword argument '([^']+)'")
 def _registered_ids() -> list[str]:
     import gymnasium as gym
 
-    import stratagym  # noqa: F401  (registers stratagym's envs and plug-ins)
+    from stratagym.envs.registry import register_all
 
+    register_all()  # stratagym's envs and entry-point plug-ins
     return sorted(gym.registry)
 
 
@@ -58,6 +59,9 @@ def valid_env_kwargs(env_id: str) -> list[str] | None:
         params = inspect.signature(target).parameters.values()
     except Exception:  # an env whose module cannot be imported: no list, the plain message stays
         return None
+    params = list(params)
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None  # it takes **kwargs: any name may be valid
     names = [p.name for p in params if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     return sorted(names) if names else None
 
