@@ -206,6 +206,9 @@ def save_model_atomic(out_dir: str | os.PathLike[str], write: Any) -> Path:
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary shared folder
     try:
         write(tmp)
         for p in tmp.rglob("*"):
