@@ -13,6 +13,7 @@ are the ones ``stratagym leaderboard submit`` takes). Reported:
   steps of each run, and the learning curves (train return per step).
 
     OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --steps 30 --seeds 0,1,2 --jobs 2
+    OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --steps 60 --set optim.lr=1.0e-3 --out runs/llm_learning_long
     python benchmarks/llm_learning.py report            # markdown tables from runs/llm_learning/
 
 Runs go to ``runs/llm_learning/<method>-s<seed>/`` (checkpoint, metrics.jsonl, result.json, eval record),
@@ -72,6 +73,7 @@ def _scores(record: dict[str, Any]) -> dict[str, float]:
 def worker(args: argparse.Namespace) -> None:
     """One RL run: train from the SFT checkpoint, record tied-group fractions, evaluate the result."""
     import torch
+    import yaml
 
     torch.set_num_threads(1)
     from stratagym.training.config import load_recipe
@@ -92,6 +94,9 @@ def worker(args: argparse.Namespace) -> None:
         "train.progress": False,
         "train.tensorboard": False,
     }
+    for item in args.set or []:  # extra recipe overrides shared by every run of a comparison
+        key, _, value = item.partition("=")
+        overrides[key] = yaml.safe_load(value)
     recipe = load_recipe(args.recipe, overrides)
     tied: list[dict[str, float]] = []
 
@@ -133,6 +138,44 @@ def worker(args: argparse.Namespace) -> None:
     (run_dir / "result.json").write_text(json.dumps(result, indent=1))
 
 
+def sampled(args: argparse.Namespace) -> None:
+    """Test EM when the policy samples at its training temperature (T=1), before and after RL, over
+    ``--samples`` seeds: RL's first effect is on the sampled policy, which greedy decoding hides."""
+    import torch
+
+    torch.set_num_threads(1)
+    from stratagym.agents.llm import LLMPolicy
+    from stratagym.training.rollout import play
+
+    out = Path(args.out)
+    env_id, kwargs = _recipe_env(args.recipe)
+    import gymnasium as gym
+
+    import stratagym  # noqa: F401
+
+    env = gym.make(env_id, **kwargs)
+    ids = [str(t) for t in env.unwrapped.task_ids()][: args.eval_n]
+    env.close()
+    targets = {"sft": str(args.sft)}
+    for f in sorted(out.glob("*/result.json")):
+        targets[f.parent.name] = json.loads(f.read_text())["checkpoint"]
+    dest = out / "sampled.json"
+    done = json.loads(dest.read_text()) if dest.exists() else {}
+    for name, path in targets.items():
+        if name in done:
+            continue
+        policy = LLMPolicy.from_pretrained(path)
+        scores: dict[str, float] = {}
+        for k in range(args.samples):
+            torch.manual_seed(1000 + k)
+            trajs = play(policy, [(t, k) for t in ids], env_id=env_id, env_kwargs=kwargs, batch_size=100, greedy=False)
+            for tr in trajs:
+                scores[tr.task_id] = scores.get(tr.task_id, 0.0) + float(tr.score) / args.samples
+        done[name] = scores
+        dest.write_text(json.dumps(done))
+        print(name, sum(scores.values()) / len(scores), flush=True)
+
+
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -151,6 +194,7 @@ def run(args: argparse.Namespace) -> None:
             log = open(out / f"{m}-s{s}" / "log.txt", "w")
             cmd = [sys.executable, __file__, "worker", "--method", m, "--seed", str(s), "--steps", str(args.steps),
                    "--eval-n", str(args.eval_n), "--sft", str(args.sft), "--recipe", str(args.recipe), "--out", str(out)]
+            cmd += [x for item in (args.set or []) for x in ("--set", item)]
             running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}),
                             f"{m}-s{s}", time.perf_counter()))
             print(f"started {m} seed {s}", flush=True)
@@ -164,7 +208,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _fmt(est: Any) -> str:
-    return f"{est.value:.3f} [{est.low:.3f}, {est.high:.3f}]"
+    return f"{est.value:.3f} [{est.ci_low:.3f}, {est.ci_high:.3f}]"
 
 
 def report(args: argparse.Namespace) -> None:
@@ -197,12 +241,25 @@ def report(args: argparse.Namespace) -> None:
             def ret(rows: list[dict[str, Any]]) -> float:
                 return sum(x["return"] or 0.0 for x in rows) / max(1, len(rows))
 
-            lines.append(f"| {m} | {s} | {r['steps']} | {r['train_s']:.0f} | {_fmt(a)} | {d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | "
+            lines.append(f"| {m} | {s} | {r['steps']} | {r['train_s']:.0f} | {_fmt(a)} | {d.value:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] | "
                          f"{frac(c[:3]):.2f} | {frac(c[-3:]):.2f} | {ret(c[:3]):.3f} -> {ret(c[-3:]):.3f} |")
     lines += ["", "| method | seeds | mean paired diff | sd | min | max |", "| --- | --- | --- | --- | --- | --- |"]
     for m, diffs in summary.items():
         sm = across_seeds(diffs)
         lines.append(f"| {m} | {len(diffs)} | {sm.mean:+.3f} | {sm.std:.3f} | {min(diffs):+.3f} | {max(diffs):+.3f} |")
+    samp_file = out / "sampled.json"
+    if samp_file.exists():
+        samp = json.loads(samp_file.read_text())
+        if "sft" in samp:
+            base = samp["sft"]
+            sid = sorted(base)
+            lines += ["", f"Sampled (T=1) test EM, mean of the samples per question, {len(sid)} questions: SFT {mean([base[i] for i in sid])}", "",
+                      "| run | sampled EM after | paired diff after-before [95% CI] |", "| --- | --- | --- |"]
+            for name, sc in samp.items():
+                if name == "sft":
+                    continue
+                d = mean([sc[i] - base[i] for i in sid])
+                lines.append(f"| {name} | {sum(sc[i] for i in sid) / len(sid):.3f} | {d.value:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] |")
     text = "\n".join(lines)
     print(text)
     (out / "report.md").write_text(text + "\n")
@@ -210,7 +267,8 @@ def report(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["run", "report", "worker"])
+    p.add_argument("mode", choices=["run", "report", "worker", "sampled"])
+    p.add_argument("--samples", type=int, default=2, help="sampled mode: samples per question")
     p.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     p.add_argument("--method", default="grpo")
@@ -221,8 +279,9 @@ def main() -> None:
     p.add_argument("--sft", type=Path, default=SFT)
     p.add_argument("--recipe", type=Path, default=RECIPE)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--set", action="append", help="Recipe override section.key=value for every run (repeatable).")
     args = p.parse_args()
-    {"run": run, "report": report, "worker": worker}[args.mode](args)
+    {"run": run, "report": report, "worker": worker, "sampled": sampled}[args.mode](args)
 
 
 if __name__ == "__main__":

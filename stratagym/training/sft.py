@@ -88,7 +88,7 @@ class SFTTokenizer:
     """``vocab_size`` of the BPE; ``extra_text``: files whose text the BPE also learns (a ``.jsonl``
     contributes every string value of each record, other files their lines)."""
 
-    vocab_size: int = 4096
+    vocab_size: int = 2048
     extra_text: list[str] = field(default_factory=list)
 
 
