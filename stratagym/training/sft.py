@@ -51,6 +51,7 @@ __all__ = [
     "run_sft",
     "evaluate_checkpoint",
     "complete_checkpoints",
+    "check_policy_for_env",
     "META_FILE",
 ]
 
@@ -571,6 +572,24 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     return meta
 
 
+def check_policy_for_env(policy: Any, env_id: str) -> None:
+    """Refuse an SFT checkpoint (a folder with ``sft_meta.json``) whose tokenizer lacks the tags of
+    ``env_id``'s template, e.g. a SearchQA checkpoint put on ALFWorld; the message names the fix.
+
+    Only models built by ``stratagym sft`` are checked: a pretrained model spells the tags in several
+    tokens and that is fine for it.
+    """
+    from stratagym.agents.prompts import template_for_env
+    from stratagym.agents.small_lm import check_tokenizer_for_template
+
+    folder = Path(str(getattr(getattr(policy, "config", None), "model", "") or ""))
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is None or not (folder / META_FILE).exists():
+        return
+    template = template_for_env(env_id, None, getattr(policy.config, "template", None))
+    check_tokenizer_for_template(tokenizer, template, where=f"the SFT checkpoint {folder} (built for another env?)")
+
+
 def evaluate_checkpoint(path: str | Path, env_id: str, env_kwargs: dict[str, Any], *, n: int = 200,
                         batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
     """Greedy play of the checkpoint on the first ``n`` tasks of ``env_kwargs``' split.
@@ -585,6 +604,7 @@ def evaluate_checkpoint(path: str | Path, env_id: str, env_kwargs: dict[str, Any
     from stratagym.training.rollout import play
 
     policy = LLMPolicy.from_pretrained(str(path))
+    check_policy_for_env(policy, env_id)
     policy.eval()
     env = gym.make(env_id, **env_kwargs)
     try:

@@ -206,6 +206,10 @@ class Trainer:
         self.output_dir = Path(tc.output_dir)
         self._policy_spec = dict(config.policy)
         self.policy = policy if policy is not None else build_policy(self._policy_spec)
+        if policy is None:  # an SFT checkpoint must hold its env template's tags (refused with the fix)
+            from stratagym.training.sft import check_policy_for_env
+
+            check_policy_for_env(self.policy, config.env.id)
         self.estimator = get_estimator(config.algorithm.estimator, **dict(config.algorithm.estimator_kwargs))
         share_batch_statistics(self.estimator, self.accelerator)
         self.reference = self.policy.frozen_copy() if config.loss.kl_coef > 0 else None

@@ -256,3 +256,27 @@ def test_recipe_errors():
         _build(SFTRecipe, {"sfft": {}}, "")
     with pytest.raises(ConfigError, match="does not exist"):
         load_sft_recipe("no/such/recipe.yaml")
+
+
+def test_sft_checkpoint_for_another_env_refused_at_load(trained, tmp_path):
+    """A SearchQA SFT checkpoint put on an ALFWorld/WebShop recipe (think/action template): its tokenizer
+    has no <action> token, so the trainer and the eval path refuse it at load with the fix."""
+    from stratagym.agents.llm import LLMPolicy
+    from stratagym.training.config import load_recipe
+    from stratagym.training.sft import check_policy_for_env
+    from stratagym.training.trainer import Trainer
+
+    tmp, _ = trained
+    export = tmp / "run" / "final"
+    policy = LLMPolicy.from_pretrained(export)
+    check_policy_for_env(policy, ENV)  # its own env: fine
+    with pytest.raises(ConfigError, match=r"<action>.*stratagym sft"):
+        check_policy_for_env(policy, "stratagym/WebShop-v0")
+    rl = tmp_path / "rl.yaml"
+    rl.write_text(yaml.safe_dump({
+        "name": "rl", "policy": {"model": str(export), "memory_k": 4, "template": "think_action"},
+        "env": {"id": ENV, "kwargs": KW}, "rollout": {"group_size": 2, "tasks_per_step": 1},
+        "train": {"total_steps": 1, "output_dir": str(tmp_path / "rl"), "progress": False, "tensorboard": False},
+    }))
+    with pytest.raises(ConfigError, match=r"<action>"):
+        Trainer(load_recipe(rl))
