@@ -39,6 +39,8 @@ __all__ = [
     "TrainConfig",
     "RecipeConfig",
     "load_recipe",
+    "build_dataclass",
+    "read_yaml_mapping",
 ]
 
 
@@ -261,7 +263,7 @@ class RecipeConfig:
     def from_dict(cls, data: dict[str, Any]) -> "RecipeConfig":
         if not isinstance(data, dict):
             raise ConfigError(f"a recipe must be a YAML mapping with sections {[f.name for f in dataclasses.fields(cls)]}")
-        cfg = _build(cls, data, "")
+        cfg = build_dataclass(cls, data)
         policy = dict(cfg.policy)
         if policy.get("model") == "tiny":
             from stratagym.agents.tiny_lm import tiny_lm_path
@@ -349,44 +351,59 @@ def _check_type(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_check_type(v, args[0], where) for v in value] if args else list(value)
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ConfigError(f"{where}: expected a list of {len(args)} values, got {value!r}")
         return tuple(_check_type(v, a, where) for v, a in zip(value, args))
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value, where)
+        return build_dataclass(tp, value, where)
     return value
 
 
-def _build(cls: type, data: Any, prefix: str) -> Any:
+def build_dataclass(cls: type, data: Any, prefix: str = "", *, root: str = "recipe") -> Any:
+    """``cls(**data)`` with every field type-checked (nested dataclasses too); an unknown key or a wrong
+    type is a :class:`ConfigError` naming the dotted key (``root`` names the top level) and the valid keys.
+    The one validator for every YAML config of the trainer and SFT."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'recipe'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{prefix or root}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names))
     if unknown:
-        where = prefix or "recipe"
-        raise ConfigError(f"unknown key(s) {unknown} in {where}; valid keys: {names}")
+        raise ConfigError(f"unknown key(s) {unknown} in {prefix or root}; valid keys: {names}")
     kwargs = {k: _check_type(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
     return cls(**kwargs)
 
 
-def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> RecipeConfig:
-    """Read a YAML recipe (``yaml.safe_load``), apply dotted ``overrides`` (``{"train.total_steps": 3}``)
-    and validate it."""
+def read_yaml_mapping(path: str | Path, overrides: Optional[dict[str, Any]] = None, *, examples: str = "recipes/") -> dict[str, Any]:
+    """A YAML file read with ``yaml.safe_load`` as a mapping, with dotted ``overrides``
+    (``{"train.total_steps": 3}``) applied; a missing, non-UTF-8, invalid or non-mapping file is a
+    :class:`ConfigError` (``examples`` says where working files are)."""
     p = Path(path)
     if not p.exists():
-        raise ConfigError(f"recipe {str(p)!r} does not exist; see recipes/ for examples")
+        raise ConfigError(f"recipe {str(p)!r} does not exist; see {examples} for examples")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:  # a file that is not UTF-8 is not a recipe either
         raise ConfigError(f"recipe {str(p)!r} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {str(p)!r} must be a YAML mapping")
     for key, value in (overrides or {}).items():
         node = data
         parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
-    return RecipeConfig.from_dict(data)
+    return data
+
+
+def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> RecipeConfig:
+    """Read a YAML recipe (``yaml.safe_load``), apply dotted ``overrides`` (``{"train.total_steps": 3}``)
+    and validate it."""
+    return RecipeConfig.from_dict(read_yaml_mapping(path, overrides))

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import yaml
 
 from stratagym.errors import ConfigError
+from stratagym.training.config import build_dataclass, read_yaml_mapping
 
 __all__ = [
     "SFTRecipe",
@@ -152,79 +152,10 @@ class SFTRecipe:
         return dataclasses.asdict(self)
 
 
-def _check(value: Any, tp: Any, where: str) -> Any:
-    import typing
-
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin is typing.Union:
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)][0]
-        return _check(value, inner, where)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, where)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r} (YAML needs 2.0e-3, not 2e-3)")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return [_check(v, args[0], where) for v in value] if args else list(value)
-    return value
-
-
-def _build(cls: type, data: Any, prefix: str) -> Any:
-    import typing
-
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'recipe'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in {prefix or 'the SFT recipe'}; valid keys: {names}")
-    return cls(**{k: _check(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()})
-
-
 def load_sft_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> SFTRecipe:
     """Read an SFT recipe (``yaml.safe_load``), apply dotted ``overrides`` and validate it."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"recipe {str(p)!r} does not exist; see recipes/cpu/sft-*.yaml")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # a file that is not UTF-8 is not a recipe either
-        raise ConfigError(f"recipe {str(p)!r} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"recipe {str(p)!r} must be a YAML mapping")
-    for key, value in (overrides or {}).items():
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    recipe = _build(SFTRecipe, data, "")
+    data = read_yaml_mapping(path, overrides, examples="recipes/cpu/sft-*.yaml")
+    recipe = build_dataclass(SFTRecipe, data, root="the SFT recipe")
     return validate_recipe(recipe)
 
 

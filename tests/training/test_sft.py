@@ -250,10 +250,11 @@ def test_model_without_template_tags_refused_at_load(tmp_path, demos_file):
 
 
 def test_recipe_errors():
-    with pytest.raises(ConfigError, match="unknown key"):
-        from stratagym.training.sft import _build, SFTRecipe
+    from stratagym.training.config import build_dataclass
+    from stratagym.training.sft import SFTRecipe
 
-        _build(SFTRecipe, {"sfft": {}}, "")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['sfft'\] in the SFT recipe"):
+        build_dataclass(SFTRecipe, {"sfft": {}}, root="the SFT recipe")
     with pytest.raises(ConfigError, match="does not exist"):
         load_sft_recipe("no/such/recipe.yaml")
 
