@@ -209,17 +209,19 @@ def run_bench(
                 raise BenchError(f"the leaderboard refused a bench record: {exc}") from exc
 
     # 1. baselines ------------------------------------------------------------------------------------
-    for agent in suite.baselines:
-        lacking = [e.env for e in good_entries if agent.startswith("scripted:") and agent.split(":", 1)[1] not in scripted_agent_names(e.env)]
+    for baseline in suite.baselines:
+        agent = baseline.agent
+        entries = [e for e in good_entries if baseline.applies_to(e.env)]
+        lacking = [e.env for e in entries if agent.startswith("scripted:") and agent.split(":", 1)[1] not in scripted_agent_names(e.env)]
         if lacking:
             say(f"skip {agent} on {', '.join(sorted(set(lacking)))}: not a scripted agent of those envs")
-        for e in good_entries:
+        for e in entries:
             if e.env in lacking:
                 continue
             say(f"eval {agent} on {e.env} ({e.split or 'default split'})")
             out = root / "baselines" / f"{slug(agent)}__{slug(e.env)}__{slug(e.split or 'default')}.json"
             cfg = EvalConfig(agent=agent, env_id=e.env, split=e.split, n=e.n, seeds=suite.seeds, batch_size=suite.batch_size,
-                             env_kwargs=dict(e.env_kwargs), max_steps=e.max_steps)
+                             env_kwargs=dict(e.env_kwargs), max_steps=e.max_steps, label=baseline.label)
             try:
                 rec = evaluate(cfg, out=out, resume=resume, progress=progress)
             except (EvalError, ValueError) as exc:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EvalEntry", "AlgorithmEntry", "TrainSection", "Suite", "SuiteError", "load_suite"]
+__all__ = ["EvalEntry", "AlgorithmEntry", "Baseline", "TrainSection", "Suite", "SuiteError", "load_suite"]
 
 
 class SuiteError(ValueError):
@@ -74,6 +74,20 @@ class TrainSection:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """An agent evaluated without training: ``agent`` is an agent spec (``scripted:oracle``, a checkpoint
+    folder...); ``envs`` limits it to those eval envs (a checkpoint trained for one env), ``label`` is
+    how it shows on the board."""
+
+    agent: str
+    envs: tuple[str, ...] | None = None
+    label: str | None = None
+
+    def applies_to(self, env_id: str) -> bool:
+        return self.envs is None or env_id in self.envs
+
+
+@dataclass(frozen=True)
 class Suite:
     name: str
     path: str
@@ -81,7 +95,7 @@ class Suite:
     seeds: tuple[int, ...] = (0,)
     batch_size: int = 8
     evals: tuple[EvalEntry, ...] = ()
-    baselines: tuple[str, ...] = ()
+    baselines: tuple[Baseline, ...] = ()
     train: tuple[TrainSection, ...] = ()
 
     def evals_for(self, env_id: str) -> list[EvalEntry]:
@@ -101,6 +115,7 @@ _TOP = {"name", "description", "seeds", "batch_size", "evals", "baselines", "tra
 _EVAL = {"env", "split", "n", "max_steps", "env_kwargs"}
 _TRAIN = {"algorithms", "envs", "config", "env_kwargs", "seeds"}
 _ALG = {"label", "estimator", "estimator_kwargs", "recipe", "env_kwargs"}
+_BASELINE = {"agent", "envs", "label"}
 
 
 def _ints(value: Any, where: str) -> tuple[int, ...]:
@@ -117,6 +132,32 @@ def _strs(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise SuiteError(f"{where} must be a list of strings, got {value!r}")
     return tuple(value)
+
+
+def _baselines(value: Any, where: str, eval_envs: set[str]) -> tuple[Baseline, ...]:
+    """``baselines``: agent specs, or mappings ``{agent, envs, label}``."""
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if not isinstance(value, list):
+        raise SuiteError(f"{where} must be a list of agent specs or {{agent, envs, label}} mappings, got {value!r}")
+    out = []
+    for i, b in enumerate(value):
+        at = f"{where}[{i}]"
+        if isinstance(b, str) and b:
+            out.append(Baseline(b))
+            continue
+        if not isinstance(b, dict) or not isinstance(b.get("agent"), str) or not b["agent"]:
+            raise SuiteError(f"{at} must be an agent spec or a mapping with 'agent' (and envs, label), got {b!r}")
+        _unknown(b, _BASELINE, at)
+        envs = None if b.get("envs") is None else _strs(b["envs"], f"{at}.envs")
+        missing = sorted(set(envs or ()) - eval_envs)
+        if missing:
+            raise SuiteError(f"{at}.envs names envs that no eval entry lists: {missing}")
+        label = b.get("label")
+        if label is not None and not isinstance(label, str):
+            raise SuiteError(f"{at}.label must be a string")
+        out.append(Baseline(b["agent"], envs, label))
+    return tuple(out)
 
 
 def _unknown(d: dict, allowed: set[str], where: str) -> None:
@@ -175,7 +216,7 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
         seeds=_ints(data.get("seeds", [0]), f"{p}: seeds"),
         batch_size=batch,
         evals=tuple(evals),
-        baselines=_strs(data.get("baselines", []), f"{p}: baselines"),
+        baselines=_baselines(data.get("baselines", []), f"{p}: baselines", eval_envs),
         train=tuple(sections),
     )
 

@@ -90,3 +90,20 @@ def test_bundled_suites_load():
     assert quick.name == "quick" and quick.baselines and quick.runs()
     full = load_suite(ROOT / "suites" / "full.yaml")
     assert full.name == "full" and full.runs()
+
+
+def test_baselines_can_be_limited_to_envs_and_labelled(tmp_path):
+    """A checkpoint trained for one env (the SFT LM on SearchQA) is a baseline of that env only."""
+    p = tmp_path / "s.yaml"
+    p.write_text("evals: [{env: a/B-v0}, {env: c/D-v0}]\n"
+                 "baselines: [scripted:random, {agent: ckpt/dir, envs: [a/B-v0], label: SFT}]\n")
+    b = load_suite(p).baselines
+    assert [x.agent for x in b] == ["scripted:random", "ckpt/dir"]
+    assert b[0].applies_to("c/D-v0") and b[1].applies_to("a/B-v0") and not b[1].applies_to("c/D-v0")
+    assert b[1].label == "SFT"
+    p.write_text("evals: [{env: a/B-v0}]\nbaselines: [{agent: ckpt/dir, envs: [x/Y-v0]}]\n")
+    with pytest.raises(SuiteError, match="no eval entry lists"):
+        load_suite(p)
+    p.write_text("evals: [{env: a/B-v0}]\nbaselines: [{agent: ckpt/dir, env: a/B-v0}]\n")
+    with pytest.raises(SuiteError, match=r"unknown field\(s\) \['env'\]"):
+        load_suite(p)
