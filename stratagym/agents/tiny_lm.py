@@ -111,28 +111,11 @@ def _train_tokenizer(vocab_size: int):
 
 def build_tiny_lm(out_dir: str | os.PathLike[str], config: TinyLMConfig = TinyLMConfig()) -> Path:
     """Build the tokenizer and model and save both into ``out_dir`` (written atomically)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from stratagym.agents.small_lm import SmallLMConfig, build_model  # imports this module's constants
 
     out = Path(out_dir)
     tokenizer = _train_tokenizer(config.vocab_size)
-    torch.manual_seed(config.seed)
-    model_config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = Qwen2ForCausalLM(model_config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model = build_model(tokenizer, SmallLMConfig(arch="qwen2", **asdict(config)))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
     try:
