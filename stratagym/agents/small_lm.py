@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 from stratagym.agents.prompts import PromptTemplate
 from stratagym.errors import ConfigError
-from stratagym.agents.tiny_lm import CHAT_TEMPLATE, SPECIAL_TOKENS
+from stratagym.agents.tiny_lm import CHAT_TEMPLATE, SPECIAL_TOKENS, chatml_tokenizer
 
 __all__ = [
     "SmallLMConfig",
@@ -122,7 +122,6 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, tags: Seque
     works as in :class:`~stratagym.agents.llm.LLMPolicy`.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -138,17 +137,7 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, tags: Seque
     # added after training (ids after the learned vocabulary); the pre-tokenisation then splits them out
     # of any text before the merges run, so each is one id wherever it appears
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in tags])
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        additional_special_tokens=["<|im_start|>"],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.padding_side = "left"
-    return fast
+    return chatml_tokenizer(tok)
 
 
 def check_tokenizer_for_template(tokenizer: Any, template: PromptTemplate, *, where: str = "the tokenizer") -> None:

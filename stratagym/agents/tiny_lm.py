@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["TinyLMConfig", "build_tiny_lm", "tiny_lm_path", "default_cache_dir", "CHAT_TEMPLATE"]
 
@@ -82,7 +83,6 @@ def default_cache_dir() -> Path:
 
 def _train_tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -96,17 +96,7 @@ def _train_tokenizer(vocab_size: int):
     )
     lines = [line for line in _CORPUS.splitlines() if line.strip()]
     tok.train_from_iterator(lines * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        additional_special_tokens=["<|im_start|>"],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.padding_side = "left"
-    return fast
+    return chatml_tokenizer(tok)
 
 
 def build_tiny_lm(out_dir: str | os.PathLike[str], config: TinyLMConfig = TinyLMConfig()) -> Path:
@@ -146,3 +136,21 @@ def tiny_lm_path(config: TinyLMConfig = TinyLMConfig(), cache_dir: str | os.Path
 
 if __name__ == "__main__":
     print(tiny_lm_path())
+
+
+def chatml_tokenizer(tok: Any) -> Any:
+    """A trained ``tokenizers.Tokenizer`` as a transformers fast tokenizer with Qwen's ChatML special
+    tokens and chat template, padding on the left (for batched generation)."""
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
