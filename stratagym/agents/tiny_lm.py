@@ -82,21 +82,10 @@ def default_cache_dir() -> Path:
 
 
 def _train_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from stratagym.agents.small_lm import train_tokenizer  # imports this module's constants
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     lines = [line for line in _CORPUS.splitlines() if line.strip()]
-    tok.train_from_iterator(lines * 4, trainer=trainer)
-    return chatml_tokenizer(tok)
+    return train_tokenizer(lines * 4, vocab_size=vocab_size)
 
 
 def build_tiny_lm(out_dir: str | os.PathLike[str], config: TinyLMConfig = TinyLMConfig()) -> Path:
