@@ -60,9 +60,12 @@ def hostile_records(draw):
         try:
             for p in path[:-1]:
                 obj = obj[p]
-            obj[path[-1]] = draw(_json)
         except (KeyError, IndexError, TypeError):  # an earlier replacement removed this path
             continue
+        # A path into a container an earlier replacement changed (a list index into what is now a dict)
+        # would make a record no JSON file can hold (an int key beside str keys); skip it.
+        if isinstance(obj, dict) and isinstance(path[-1], str) or isinstance(obj, list) and isinstance(path[-1], int) and path[-1] < len(obj):
+            obj[path[-1]] = draw(_json)
     if draw(st.booleans()):  # re-signed: the id matches, so only the content can be refused
         rec.pop("record_id", None)
         rec = finalize_record(rec)
