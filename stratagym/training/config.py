@@ -47,11 +47,29 @@ __all__ = [
 @dataclass
 class EnvConfig:
     """``id``: a registered gymnasium id; ``kwargs``: ``gymnasium.make`` kwargs for training envs;
-    ``eval_kwargs``: kwargs for evaluation envs (e.g. another split); default = ``kwargs``."""
+    ``eval_kwargs``: kwargs for evaluation envs (e.g. another split); default = ``kwargs``.
+    ``tasks``: train on a slice of the training split's task ids, written ``"start:stop"`` like a Python
+    slice (``"1500:"`` = all but the first 1,500). RL from an SFT checkpoint uses it to train on questions
+    the demonstrations did not contain (``stratagym demos collect --n N`` takes the first N)."""
 
     id: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
     eval_kwargs: Optional[dict[str, Any]] = None
+    tasks: Optional[str] = None
+
+    def task_slice(self) -> slice:
+        """``tasks`` parsed; a ConfigError names the expected form."""
+        if self.tasks is None:
+            return slice(None)
+        parts = str(self.tasks).split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            start, stop = (int(p) if p.strip() else None for p in parts)
+        except ValueError:
+            raise ConfigError(f"env.tasks must be a slice 'start:stop' of task indexes, e.g. '1500:' or '0:100', "
+                              f"got {self.tasks!r}") from None
+        return slice(start, stop)
 
 
 @dataclass
@@ -208,6 +226,7 @@ class RecipeConfig:
 
         if not self.env.id:
             raise ConfigError("env.id is missing: name a registered env, e.g. env: {id: stratagym/SearchQA-v0}")
+        self.env.task_slice()
         check_env(self.env.id, {"env.kwargs": self.env.kwargs, "env.eval_kwargs": self.env.eval_kwargs or {}})
         if not self.policy:
             raise ConfigError("policy is missing: e.g. policy: {model: tiny} (the local tiny model) or a HF model folder")

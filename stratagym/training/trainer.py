@@ -228,9 +228,11 @@ class Trainer:
         self.collector = RolloutCollector(config.env.id, self.policy, group_size=config.rollout.group_size,
                                           pool=pool, max_turns=config.rollout.max_turns)
         self._eval_collector: Optional[RolloutCollector] = None
-        self._task_ids = self.collector.task_ids()
+        all_ids = self.collector.task_ids()
+        self._task_ids = all_ids[config.env.task_slice()]
         if not self._task_ids:
-            raise ConfigError(f"env {config.env.id!r} has no tasks with kwargs {config.env.kwargs}")
+            where = f" in env.tasks {config.env.tasks!r} (the split has {len(all_ids)})" if config.env.tasks else ""
+            raise ConfigError(f"env {config.env.id!r} has no tasks{where} with kwargs {config.env.kwargs}")
         observed = None
         try:
             from stratagym.envs.registry import get_spec

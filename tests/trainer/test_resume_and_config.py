@@ -54,6 +54,8 @@ def test_bundled_sft_recipes_validate(path):
         ({"optim": {"lr": "1e-6"}}, "optim.lr: expected a number"),
         ({"loss": {"agg": "mean"}}, "loss.agg must be one of"),
         ({"env": {"id": ""}}, "env.id is missing"),
+        ({"env": {"id": "stratagym/SearchQA-v0", "tasks": "1500"}}, r"env.tasks must be a slice 'start:stop'"),
+        ({"env": {"id": "stratagym/SearchQA-v0", "tasks": "a:b"}}, r"env.tasks must be a slice"),
         ({"surprise": 1}, r"unknown key\(s\) \['surprise'\] in recipe"),
     ],
 )

@@ -135,3 +135,21 @@ def test_scorer_style_policy_trains_through_the_same_trainer(tmp_path, choice_po
         assert all(math.isfinite(r["loss/loss"]) for r in rows)
     finally:
         trainer.close()
+
+
+def test_env_tasks_slice_limits_training_to_those_tasks(tmp_path, choice_policy):
+    """``env.tasks: "start:stop"`` trains on that slice of the split's task ids (RL on questions the SFT
+    demonstrations, the first N, did not contain); an empty slice is refused with the split's size."""
+    env = "stratagym/CueCorridor-v0"
+    if not available(env):
+        pytest.skip("synthetic envs not available")
+    trainer = Trainer(_config(env, {}, str(tmp_path / "r"), **{"env.tasks": "2:5"}), policy=choice_policy)
+    try:
+        every = trainer.collector.task_ids()
+        assert trainer._task_ids == every[2:5] and len(every) > 5
+        seen = {t for _ in range(20) for t in trainer._sample_tasks()[0]}
+        assert seen <= set(every[2:5]) and len(seen) == 3
+    finally:
+        trainer.close()
+    with pytest.raises(ConfigError, match=r"no tasks in env.tasks '10000:' \(the split has"):
+        Trainer(_config(env, {}, str(tmp_path / "r2"), **{"env.tasks": "10000:"}), policy=choice_policy)
