@@ -1,4 +1,5 @@
-"""CLI: ``stratagym index build|info`` and ``stratagym serve retrieval``. Heavy imports stay inside commands."""
+"""CLI: ``stratagym index build|info|import-search-r1`` and ``stratagym serve retrieval``. Heavy imports stay
+inside commands."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         groups["index"] = index_app
     index_app.command("build")(index_build)
     index_app.command("info")(index_info)
+    index_app.command("import-search-r1")(index_import_search_r1)
     groups["serve"].command("retrieval")(serve_retrieval)
 
 
@@ -24,17 +26,31 @@ def index_build(
     backend: str = typer.Option("bm25s", help="bm25s | pyserini | dense"),
     out: Path = typer.Option(..., help="Index directory to create (replaced atomically if it exists)."),
     model: Optional[str] = typer.Option(None, help="Dense only: local encoder directory (default name intfloat/e5-base-v2)."),
-    faiss: str = typer.Option("flat", help="Dense only: flat | ivf | hnsw"),
-    nlist: Optional[int] = typer.Option(None, help="Dense ivf only: number of cells (default ~4 sqrt(n))."),
+    faiss: str = typer.Option("flat", help="Dense only: flat | ivf | ivfpq | hnsw"),
+    nlist: Optional[int] = typer.Option(None, help="Dense ivf/ivfpq only: number of cells (default ~4 sqrt(n))."),
+    pq_m: Optional[int] = typer.Option(None, help="Dense ivfpq only: sub-quantizers (must divide the dimension)."),
+    nbits: int = typer.Option(8, help="Dense ivfpq only: bits per sub-quantizer code."),
+    train_size: Optional[int] = typer.Option(None, help="Dense ivf/ivfpq only: training sample (default 64 x nlist)."),
     hnsw_m: int = typer.Option(32, help="Dense hnsw only: links per node."),
     query_prefix: str = typer.Option("query: ", help="Dense only: prefix for queries ('' for non-E5 models)."),
     passage_prefix: str = typer.Option("passage: ", help="Dense only: prefix for passages."),
+    max_length: int = typer.Option(256, help="Dense only: token limit per passage and query."),
     batch_size: int = typer.Option(64, help="Dense only: encoding batch size."),
+    shard_size: int = typer.Option(100_000, help="Dense only: passages per resumable encoding shard."),
+    work_dir: Optional[Path] = typer.Option(None, help="Dense only: shard folder (default OUT.shards); rerun to resume."),
+    restart: bool = typer.Option(False, help="Dense only: delete shards of a build with other settings."),
+    keep_shards: bool = typer.Option(False, help="Dense only: keep the shard folder after the index is built."),
+    device: Optional[str] = typer.Option(None, help="Dense only: torch device for encoding (default cuda if present)."),
+    progress: bool = typer.Option(True, help="Dense only: progress bars with throughput on stderr."),
     threads: int = typer.Option(1, help="Pyserini only: indexing threads."),
     k1: float = typer.Option(0.9, help="BM25 k1."),
     b: float = typer.Option(0.4, help="BM25 b."),
 ) -> None:
-    """Build a retrieval index with a manifest (corpus fingerprint, backend, model)."""
+    """Build a retrieval index with a manifest (corpus fingerprint, backend, model).
+
+    Dense builds encode in shards written atomically; after a crash or kill, the same command resumes
+    from the last complete shard.
+    """
     import json
     import time
 
@@ -42,16 +58,50 @@ def index_build(
     from stratagym.envs.search_qa.index import build_index, read_manifest
 
     t0 = time.perf_counter()
-    faiss_params = {"nlist": nlist} if faiss == "ivf" and nlist else {"m": hnsw_m} if faiss == "hnsw" else None
+    if faiss in ("ivf", "ivfpq"):
+        faiss_params = {k: v for k, v in {"nlist": nlist, "pq_m": pq_m if faiss == "ivfpq" else None}.items() if v}
+        if faiss == "ivfpq":
+            faiss_params["nbits"] = nbits
+    else:
+        faiss_params = {"m": hnsw_m} if faiss == "hnsw" else {}
     try:
         path = build_index(corpus, out, backend, model=model, faiss_kind=faiss, k1=k1, b=b, threads=threads,
                            batch_size=batch_size, query_prefix=query_prefix, passage_prefix=passage_prefix,
-                           faiss_params=faiss_params)
+                           max_length=max_length, faiss_params=faiss_params or None, device=device,
+                           shard_size=shard_size, work_dir=work_dir, restart=restart, keep_shards=keep_shards,
+                           train_size=train_size, progress=progress)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     manifest = read_manifest(path)
     typer.echo(f"built {backend} index of {manifest['corpus']['num_docs']} passages in {time.perf_counter() - t0:.1f}s -> {path}")
+    typer.echo(json.dumps(manifest, indent=2))
+
+
+def index_import_search_r1(
+    index: Path = typer.Option(..., help="Search-R1 faiss index file (e.g. e5_Flat.index)."),
+    corpus: Path = typer.Option(..., help="The corpus it was built from (e.g. wiki-18.jsonl): row i = line i."),
+    model: str = typer.Option(..., help="Local directory of the encoder it was built with (e5-base-v2)."),
+    out: Path = typer.Option(..., help="stratagym index directory to create (the faiss file is referenced, not copied)."),
+    query_prefix: str = typer.Option("query: ", help="Query prefix (Search-R1's e5: 'query: ')."),
+    passage_prefix: str = typer.Option("passage: ", help="Passage prefix (Search-R1's e5: 'passage: ')."),
+    max_length: int = typer.Option(256, help="Query token limit (Search-R1's server: 256)."),
+) -> None:
+    """Wrap an existing Search-R1 dense index with a manifest; load it without re-encoding the corpus."""
+    import json
+
+    from stratagym.errors import ConfigError
+    from stratagym.envs.search_qa.dense_build import import_search_r1
+    from stratagym.envs.search_qa.index import read_manifest
+
+    try:
+        path = import_search_r1(index, corpus, model, out, query_prefix=query_prefix, passage_prefix=passage_prefix,
+                                max_length=max_length)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    manifest = read_manifest(path)
+    typer.echo(f"imported Search-R1 index of {manifest['corpus']['num_docs']} passages -> {path}")
     typer.echo(json.dumps(manifest, indent=2))
 
 

@@ -4,7 +4,11 @@ An index directory holds the backend's files plus ``manifest.json``::
 
     {"format": "stratagym-search-index", "version": 1, "backend": "bm25s" | "pyserini" | "dense",
      "corpus": {"path": ..., "fingerprint": "sha256:...", "num_docs": N},
-     "params": {...backend parameters...}, "model": {...encoder, dense only...}}
+     "params": {...backend parameters...}, "model": {...encoder, dense only...},
+     "build": {...dense only: shards encoded / reused, throughput, merge time...}}
+
+A dense index directory also holds ``faiss.index`` (or, imported from Search-R1, the path of its file in
+``params.faiss_file``) and ``corpus_offsets.npy``, the byte offsets that let the corpus be read on demand.
 
 Loading checks the manifest against what the caller asks for (backend, model, corpus file) and fails
 with a clear :class:`ConfigError` on any mismatch: an index silently paired with the wrong corpus
@@ -22,8 +26,11 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
@@ -66,13 +73,29 @@ def build_index(corpus: str | os.PathLike, out_dir: str | os.PathLike, backend: 
                 model: str | None = None, faiss_kind: str = "flat", k1: float = 0.9, b: float = 0.4,
                 threads: int = 1, batch_size: int = 64, query_prefix: str = "query: ",
                 passage_prefix: str = "passage: ", max_length: int = 256, faiss_params: dict[str, Any] | None = None,
-                device: str | None = None) -> Path:
-    """Index the corpus jsonl at ``corpus`` with ``backend`` into ``out_dir`` (replaced atomically)."""
+                device: str | None = None, shard_size: int | None = None, work_dir: str | os.PathLike | None = None,
+                restart: bool = False, keep_shards: bool = False, train_size: int | None = None,
+                progress: bool = False, on_shard: Callable[[int, Path], None] | None = None) -> Path:
+    """Index the corpus jsonl at ``corpus`` with ``backend`` into ``out_dir`` (replaced atomically).
+
+    ``dense`` encodes in resumable shards of ``shard_size`` passages under ``work_dir`` (default
+    ``<out_dir>.shards``): a build that dies is rerun with the same arguments and encodes only the
+    shards it had not finished; the shards are deleted once the index is in place (unless
+    ``keep_shards``). See :mod:`stratagym.envs.search_qa.dense_build`.
+    """
     _check_backend(backend)
     cpath = _corpus_path(corpus)
-    docs = load_corpus(cpath)
     out = Path(out_dir).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists and is not a stratagym index; choose another --out")
+    if backend == "dense":
+        return _build_dense(cpath, out, model=model, faiss_kind=faiss_kind, batch_size=batch_size,
+                            query_prefix=query_prefix, passage_prefix=passage_prefix, max_length=max_length,
+                            faiss_params=faiss_params, device=device, shard_size=shard_size, work_dir=work_dir,
+                            restart=restart, keep_shards=keep_shards, train_size=train_size, progress=progress,
+                            on_shard=on_shard)
+    docs = load_corpus(cpath)
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -80,7 +103,7 @@ def build_index(corpus: str | os.PathLike, out_dir: str | os.PathLike, backend: 
         "corpus": {"path": str(cpath), "fingerprint": docs.fingerprint, "num_docs": len(docs)},
         "params": {},
     }
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = _staging_dir(out)
     try:
         if backend == "bm25s":
             from stratagym.envs.search_qa.retrievers.bm25 import BM25sRetriever
@@ -88,34 +111,78 @@ def build_index(corpus: str | os.PathLike, out_dir: str | os.PathLike, backend: 
             r = BM25sRetriever(docs, k1=k1, b=b)
             r.save(staging / "bm25s")
             manifest["params"] = {"k1": r.k1, "b": r.b, "stemmer": r.stemmer_name}
-        elif backend == "pyserini":
+        else:
             from stratagym.envs.search_qa.retrievers.lucene import build_lucene_index
 
             build_lucene_index(cpath, staging / "lucene", threads=threads)
             manifest["params"] = {"k1": k1, "b": b}
-        else:
-            from stratagym.envs.search_qa.retrievers.dense import DEFAULT_DENSE_MODEL, DenseRetriever, E5Encoder
-
-            encoder = E5Encoder(model or DEFAULT_DENSE_MODEL, query_prefix=query_prefix, passage_prefix=passage_prefix,
-                                max_length=max_length, batch_size=batch_size, device=device)
-            r = DenseRetriever(docs, encoder, kind=faiss_kind, index_params=faiss_params)
-            r.save(staging)
-            manifest["params"] = {"faiss": faiss_kind, **(faiss_params or {})}
-            manifest["model"] = encoder.describe()
         _write_json(staging / MANIFEST_NAME, manifest)
-        if out.exists():
-            if not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
-                raise ConfigError(f"{out} exists and is not a stratagym index; choose another --out")
-            old = out.with_name(f".{out.name}.old{os.getpid()}")
-            os.replace(out, old)
-            os.replace(staging, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, out)
+        _replace_dir(staging, out)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _build_dense(cpath: Path, out: Path, *, model: str | None, faiss_kind: str, batch_size: int, query_prefix: str,
+                 passage_prefix: str, max_length: int, faiss_params: dict[str, Any] | None, device: str | None,
+                 shard_size: int | None, work_dir: str | os.PathLike | None, restart: bool, keep_shards: bool,
+                 train_size: int | None, progress: bool, on_shard: Callable[[int, Path], None] | None) -> Path:
+    import faiss
+
+    from stratagym.envs.search_qa.data import MappedCorpus, save_npy_atomic
+    from stratagym.envs.search_qa.dense_build import DEFAULT_SHARD_SIZE, OFFSETS_NAME, encode_shards, merge_shards
+    from stratagym.envs.search_qa.retrievers.dense import DEFAULT_DENSE_MODEL, FAISS_KINDS, E5Encoder
+
+    if faiss_kind not in FAISS_KINDS:
+        raise ConfigError(f"unknown faiss index kind {faiss_kind!r}; use one of {FAISS_KINDS}")
+    docs = MappedCorpus.open(cpath)  # offsets only: the passages are read shard by shard
+    encoder = E5Encoder(model or DEFAULT_DENSE_MODEL, query_prefix=query_prefix, passage_prefix=passage_prefix,
+                        max_length=max_length, batch_size=batch_size, device=device)
+    work = Path(work_dir).expanduser() if work_dir is not None else out.with_name(out.name + ".shards")
+    shard_size = int(shard_size or DEFAULT_SHARD_SIZE)
+    shards, stats = encode_shards(docs, encoder, work, shard_size=shard_size, restart=restart, progress=progress,
+                                  on_shard=on_shard)
+    t0 = time.perf_counter()
+    index = merge_shards(shards, faiss_kind, params=faiss_params, train_size=train_size, progress=progress)
+    staging = _staging_dir(out)
+    try:
+        faiss.write_index(index, str(staging / "faiss.index"))
+        del index
+        save_npy_atomic(staging / OFFSETS_NAME, np.asarray(docs.offsets))
+        manifest = {
+            "format": FORMAT, "version": VERSION, "backend": "dense",
+            "corpus": {"path": str(cpath), "fingerprint": docs.fingerprint, "num_docs": len(docs)},
+            "params": {"faiss": faiss_kind, **(faiss_params or {}), "shard_size": shard_size},
+            "model": encoder.describe(),
+            "build": {**stats, "merge_s": round(time.perf_counter() - t0, 3)},
+        }
+        _write_json(staging / MANIFEST_NAME, manifest)
+        _replace_dir(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    if not keep_shards:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _staging_dir(out: Path) -> Path:
+    """A fresh folder beside ``out`` (same file system, so the final rename is atomic)."""
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+
+
+def _replace_dir(staging: Path, out: Path) -> None:
+    """Move the finished ``staging`` folder to ``out``, replacing an older index there."""
+    if out.exists():
+        if not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
+            raise ConfigError(f"{out} exists and is not a stratagym index; choose another --out")
+        old = out.with_name(f".{out.name}.old{os.getpid()}")
+        os.replace(out, old)
+        os.replace(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, out)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -169,12 +236,21 @@ def load_index(index_dir: str | os.PathLike, *, corpus: str | os.PathLike | None
         from stratagym.envs.search_qa.retrievers.lucene import PyseriniRetriever
 
         return PyseriniRetriever(index_dir / "lucene", k1=params.get("k1", 0.9), b=params.get("b", 0.4))
-    docs = load_corpus(cpath)
     if built == "bm25s":
         from stratagym.envs.search_qa.retrievers.bm25 import BM25sRetriever
 
-        return BM25sRetriever.load(index_dir / "bm25s", docs, k1=params["k1"], b=params["b"], stemmer=params.get("stemmer"))
+        return BM25sRetriever.load(index_dir / "bm25s", load_corpus(cpath), k1=params["k1"], b=params["b"],
+                                   stemmer=params.get("stemmer"))
+    from stratagym.envs.search_qa.data import MappedCorpus
+    from stratagym.envs.search_qa.dense_build import OFFSETS_NAME
     from stratagym.envs.search_qa.retrievers.dense import DenseRetriever, E5Encoder
+
+    offsets = index_dir / OFFSETS_NAME  # absent in indexes built before the offsets: computed in memory
+    docs = MappedCorpus.open(cpath, offsets if offsets.exists() else None, fingerprint=fp)
+    index_file = Path(params["faiss_file"]) if "faiss_file" in params else index_dir / "faiss.index"
+    if "faiss_file_size" in params and index_file.is_file() and index_file.stat().st_size != params["faiss_file_size"]:
+        raise ConfigError(f"{index_file} changed since it was imported into {index_dir} ({index_file.stat().st_size} bytes, "
+                          f"was {params['faiss_file_size']}); run `stratagym index import-search-r1` again")
 
     mm = m.get("model", {})
     if model is not None and str(model) != mm.get("model"):
@@ -183,7 +259,7 @@ def load_index(index_dir: str | os.PathLike, *, corpus: str | os.PathLike | None
     encoder = E5Encoder(mm["model"], query_prefix=mm.get("query_prefix", "query: "),
                         passage_prefix=mm.get("passage_prefix", "passage: "), max_length=mm.get("max_length", 256),
                         batch_size=batch_size, device=device)
-    return DenseRetriever.load(index_dir, docs, encoder, kind=params.get("faiss", "flat"))
+    return DenseRetriever.load(index_dir, docs, encoder, kind=params.get("faiss", "flat"), index_file=index_file)
 
 
 # --------------------------------------------------------------------------------------------------
