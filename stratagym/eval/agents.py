@@ -217,7 +217,11 @@ def _llm_policy(raw: str, *, env_id: str, seed: int = 0, greedy: bool = True, **
     spec = parse_agent_spec(raw)
     torch.manual_seed(seed)
     if spec.kind in ("checkpoint", "hf"):
-        return LLMPolicy.from_pretrained(spec.name, **options)
+        from stratagym.training.sft import check_policy_for_env
+
+        policy = LLMPolicy.from_pretrained(spec.name, **options)
+        check_policy_for_env(policy, env_id)  # an SFT checkpoint built for another env: refused, with the fix
+        return policy
     if spec.kind == "openai":
         openai = {"base_url": spec.url, "model": spec.name, **dict(options.pop("openai", {}) or {})}
         cfg = LLMConfig(model=options.pop("model", spec.name), backend="openai", openai=openai, **options)

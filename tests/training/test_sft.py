@@ -281,3 +281,9 @@ def test_sft_checkpoint_for_another_env_refused_at_load(trained, tmp_path):
     }))
     with pytest.raises(ConfigError, match=r"<action>"):
         Trainer(load_recipe(rl))
+    # `stratagym eval <folder> --env <webshop>` goes through the same check (the eval layer's loader)
+    from stratagym.eval.agents import AgentSpecError, build_agent, parse_agent_spec
+
+    with pytest.raises(AgentSpecError, match=r"<action>.*stratagym sft"):
+        build_agent(parse_agent_spec(str(export)), "stratagym/WebShop-v0", None)
+    assert build_agent(parse_agent_spec(str(export)), ENV, None) is not None
