@@ -68,7 +68,8 @@ def recipe_for_run(suite: Suite, section: TrainSection, alg: AlgorithmEntry, env
 
     data = _deep_merge(section.config, alg.recipe)
     data["name"] = f"{suite.name}-{slug(alg.label)}-{slug(env_id.split('/')[-1])}-seed{seed}"
-    data["env"] = {"id": env_id, "kwargs": {**dict(section.env_kwargs.get(env_id, {})), **alg.env_kwargs}}
+    env = dict(data.get("env") or {})  # the group's env options other than id/kwargs (e.g. ``tasks``) stay
+    data["env"] = {**env, "id": env_id, "kwargs": {**dict(section.env_kwargs.get(env_id, {})), **alg.env_kwargs}}
     algo = dict(data.get("algorithm") or {})
     algo["estimator"] = alg.estimator
     algo["estimator_kwargs"] = {**dict(algo.get("estimator_kwargs") or {}), **alg.estimator_kwargs}
