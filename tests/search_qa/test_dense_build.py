@@ -92,6 +92,30 @@ def test_interrupted_build_resumes_from_the_last_complete_shard(tmp_path, small_
            [[h.id for h in hs] for hs in load_index(reference).batch_search(q, 5)]
 
 
+def test_sigkill_mid_encoding_then_resume(tmp_path, small_corpus_path, tiny_encoder):
+    """A real ``kill -9`` (no exception handlers, no ``finally``) right after shard 2 is written: the rerun
+    encodes only shards 3.. and the index equals one built without interruption."""
+    import os
+    import subprocess
+    import sys
+
+    out, kw = tmp_path / "idx", dict(model=str(tiny_encoder), shard_size=100)
+    code = ("import os, signal, sys\n"
+            "from stratagym.envs.search_qa.index import build_index\n"
+            "def hook(k, p):\n"
+            "    if k == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"build_index({str(small_corpus_path)!r}, {str(out)!r}, 'dense', on_shard=hook, progress=True, **{kw!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    n_shards = -(-len(load_corpus(small_corpus_path)) // 100)
+    assert f"encoding {n_shards} shards" in proc.stderr and not out.exists()
+    encoded = []
+    build_index(small_corpus_path, out, "dense", on_shard=lambda k, p: encoded.append(k), **kw)
+    assert encoded == list(range(3, n_shards))
+    ref = build_index(small_corpus_path, tmp_path / "ref", "dense", **kw)
+    np.testing.assert_array_equal(_vectors(out), _vectors(ref))
+
+
 def test_shards_of_another_build_are_refused_not_mixed(tmp_path, small_corpus_path, tiny_encoder):
     work = tmp_path / "work"
     with pytest.raises(Interrupt):

@@ -109,6 +109,9 @@ def encode_shards(corpus: MappedCorpus, encoder: Any, work_dir: str | os.PathLik
     done_rows = n - sum(plan[k][1] - plan[k][0] for k in todo)
     stats: dict[str, Any] = {"shards": len(plan), "shards_encoded": 0, "shards_reused": len(plan) - len(todo),
                              "passages_encoded": 0, "encode_s": 0.0, "passages_per_s": 0.0}
+    if progress:
+        print(f"{len(plan) - len(todo)}/{len(plan)} shards already encoded in {work}" if len(todo) < len(plan)
+              else f"encoding {len(plan)} shards of {shard_size} passages into {work} (rerun to resume)", file=sys.stderr)
     bar = _progress_bar(n, done_rows, progress, "encode")
     t0 = time.perf_counter()
     try:
