@@ -12,8 +12,8 @@ are the ones ``stratagym leaderboard submit`` takes). Reported:
 * the fraction of groups whose G rewards all tie (zero advantage for GRPO) over the first and the last
   steps of each run, and the learning curves (train return per step).
 
-    OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --steps 30 --seeds 0,1,2 --jobs 2
-    OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --steps 60 --set optim.lr=1.0e-3 --out runs/llm_learning_long
+    OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --seeds 0,1,2 --jobs 2 --eval-n 500
+    OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --steps 30 --set optim.lr=5.0e-4 --out runs/llm_learning_lr5e-4
     python benchmarks/llm_learning.py report            # markdown tables from runs/llm_learning/
 
 Runs go to ``runs/llm_learning/<method>-s<seed>/`` (checkpoint, metrics.jsonl, result.json, eval record),
@@ -273,7 +273,7 @@ def main() -> None:
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     p.add_argument("--method", default="grpo")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=60)
     p.add_argument("--eval-n", type=int, default=300)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--sft", type=Path, default=SFT)

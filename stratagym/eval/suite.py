@@ -254,8 +254,10 @@ def _train_section(t: Any, where: str, eval_envs: set[str]) -> TrainSection:
     config, env_kwargs = t.get("config") or {}, t.get("env_kwargs") or {}
     if not isinstance(config, dict) or not isinstance(env_kwargs, dict):
         raise SuiteError(f"{where}: config and env_kwargs must be mappings")
-    if "env" in config:
-        raise SuiteError(f"{where}.config may not set 'env': list envs in {where}.envs and kwargs in env_kwargs")
+    env_opts = config.get("env", {})
+    if not isinstance(env_opts, dict) or set(env_opts) - {"tasks"}:
+        raise SuiteError(f"{where}.config.env may only set 'tasks' (a slice of the training split): list envs in "
+                         f"{where}.envs and kwargs in env_kwargs")
     return TrainSection(
         algorithms=entries, envs=envs, config=config, env_kwargs=env_kwargs,
         seeds=_ints(t["seeds"], f"{where}.seeds") if "seeds" in t else None,

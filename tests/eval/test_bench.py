@@ -92,6 +92,24 @@ def test_bundled_suites_load():
     assert full.name == "full" and full.runs()
 
 
+
+def test_bundled_suite_recipes_validate_and_keep_group_env_options(tmp_path):
+    """Every training run of the quick suite becomes a valid recipe; the LM group's ``env: {tasks: ...}``
+    (RL on the train questions the SFT demos did not contain) survives next to the run's env id/kwargs."""
+    from stratagym.bench.runner import recipe_for_run
+
+    quick = load_suite(ROOT / "suites" / "quick.yaml")
+    recipes = [recipe_for_run(quick, section, alg, env_id, seed, tmp_path / "o")
+               for section in quick.train for alg in section.algorithms for env_id in section.envs for seed in (0,)]
+    lm = [r for r in recipes if r.env.id == "stratagym/SearchQA-v0"]
+    assert lm and all(r.env.tasks == "1500:" and r.env.kwargs["topk"] == 1 for r in lm)
+    assert all(r.env.tasks is None for r in recipes if r.env.id != "stratagym/SearchQA-v0")
+    p = tmp_path / "s.yaml"
+    p.write_text("evals: [{env: a/B-v0}]\ntrain: {algorithms: [grpo], config: {env: {id: x}}}\n")
+    with pytest.raises(SuiteError, match=r"config.env may only set 'tasks'"):
+        load_suite(p)
+
+
 def test_baselines_can_be_limited_to_envs_and_labelled(tmp_path):
     """A checkpoint trained for one env (the SFT LM on SearchQA) is a baseline of that env only."""
     p = tmp_path / "s.yaml"
