@@ -15,7 +15,13 @@ of one, then all of the other (sensitive to load drift on a shared machine). The
 steps are dropped; medians of the rest are printed with the ratio, stratagym's rollout tokens/s and the
 share of rollout time spent in envs.
 
-    OMP_NUM_THREADS=1 python benchmarks/trainer.py [--repeats 3] [--steps 8] [--hidden 64] [--no-fused]
+Per-phase split (both sides, medians per step, with their ratio): generation, rewards/env, old
+log-probs (zero on both sides here: one update per batch), the reference forward, the loss forward,
+backward, clip + optimizer step, and ``other`` (the rest of the step). The phases are timed by wrapping
+each trainer's own methods (:class:`PhaseClock`), so the split costs nothing when not benchmarking.
+
+    OMP_NUM_THREADS=1 python benchmarks/trainer.py [--repeats 3] [--steps 8] [--hidden 64|256]
+        [--model data/checkpoints/sft-searchqa] [--no-fused] [--no-shared-prompts]
 
 Timings on a shared, loaded machine swing; compare the ratio, run it a few times.
 """
@@ -23,6 +29,7 @@ Timings on a shared, loaded machine swing; compare the ratio, run it a few times
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -75,7 +82,7 @@ def _register_env() -> str:
     return env_id
 
 
-def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True):
+def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True, shared: bool = True):
     from stratagym.training.config import RecipeConfig
     from stratagym.training.trainer import Trainer
 
@@ -83,7 +90,7 @@ def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused
     cfg = RecipeConfig.from_dict({
         "name": "bench",
         "policy": {"model": model_path, "max_new_tokens": max_new, "memory_k": 0, "template": "plain", "temperature": 1.0,
-                   "fused_decode": fused},
+                   "fused_decode": fused, "shared_prompt_scoring": shared},
         "env": {"id": env_id},
         "rollout": {"group_size": 8, "tasks_per_step": 2},
         "algorithm": {"estimator": "grpo"},
@@ -98,6 +105,100 @@ def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused
     return trainer
 
 
+PHASES = ("generation", "rewards/env", "old logprobs", "reference", "forward+loss", "backward", "optimizer", "other")
+
+
+class PhaseClock:
+    """Wall seconds per phase of one training step, for both trainers alike.
+
+    :meth:`wrap` replaces a bound method by one that adds its duration to a phase (``phase`` may be a
+    function of the call's arguments: TRL scores the reference and the old policy through one method).
+    A wrapped call inside another wrapped call is not counted again (TRL's loss forward runs through
+    the same scoring method as its reference forward). ``other`` is the step time the wrapped calls do
+    not cover: advantages, padding, logging, data loading, callbacks. CPU only: on a GPU the timings
+    would need a synchronisation per call.
+    """
+
+    def __init__(self) -> None:
+        self.now: dict[str, float] = {}
+        self.rows: list[dict[str, float]] = []
+        self._depth = 0
+
+    def wrap(self, obj: object, attr: str, phase) -> None:
+        fn = getattr(obj, attr)
+
+        @functools.wraps(fn)  # keeps markers such as the LR scheduler's on optimizer.step
+        def timed(*args, **kwargs):
+            if self._depth:
+                return fn(*args, **kwargs)
+            name = phase(*args, **kwargs) if callable(phase) else phase
+            self._depth += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                self.add(name, time.perf_counter() - t0)
+
+        setattr(obj, attr, timed)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.now[phase] = self.now.get(phase, 0.0) + seconds
+
+    def start(self) -> None:
+        self.now = {}
+
+    def end(self, step_s: float) -> None:
+        row = {k: self.now.get(k, 0.0) for k in PHASES if k != "other"}
+        row["other"] = max(step_s - sum(row.values()), 0.0)
+        self.rows.append(row)
+
+    def medians(self, skip: int) -> dict[str, float]:
+        rows = self.rows[skip:]
+        return {k: statistics.median(r[k] for r in rows) for k in PHASES} if rows else {}
+
+
+def instrument_stratagym(trainer) -> PhaseClock:
+    """Time stratagym's phases: sampling (the policy's ``generate``), the detached scoring passes (old
+    log-probs / reference), the loss forward, backward and clip + optimizer + scheduler step; env time
+    comes from the rollout's own clock (``time/env``)."""
+    clock = PhaseClock()
+    clock.wrap(trainer.policy, "generate", "generation")
+    clock.wrap(trainer, "_score_detached",
+               lambda policy, payloads: "reference" if policy is trainer.reference else "old logprobs")
+    clock.wrap(trainer, "_micro_loss", "forward+loss")
+    clock.wrap(trainer.accelerator, "backward", "backward")
+    clock.wrap(trainer.accelerator, "clip_grad_norm_", "optimizer")
+    clock.wrap(trainer.optimizer, "step", "optimizer")
+    clock.wrap(trainer.scheduler, "step", "optimizer")
+    step = trainer.train_step
+
+    def timed_step():
+        clock.start()
+        t0 = time.perf_counter()
+        row = step()
+        dt = time.perf_counter() - t0
+        clock.add("rewards/env", row.get("time/env", 0.0))
+        clock.end(dt)
+        return row
+
+    trainer.train_step = timed_step
+    return clock
+
+
+def instrument_trl(trainer, clock: PhaseClock) -> None:
+    """Time TRL's phases: ``_generate`` (tokenising + sampling + decoding), ``_calculate_rewards``, the
+    no-grad scoring passes (reference / old log-probs, one method), ``compute_loss`` (its forward + loss),
+    ``accelerator.backward``, and clip + optimizer step (the optimizer is wrapped at train begin)."""
+    clock.wrap(trainer, "_generate", "generation")
+    clock.wrap(trainer, "_calculate_rewards", "rewards/env")
+    clock.wrap(trainer, "_get_per_token_logps_and_entropies",
+               lambda model, *a, **k: "reference" if model is trainer.ref_model else "old logprobs")
+    clock.wrap(trainer, "compute_loss", "forward+loss")
+    clock.wrap(trainer.accelerator, "backward", "backward")
+    clock.wrap(trainer, "_clip_grad_norm", "optimizer")
+
+
 def summarise_stratagym(rows: list[dict], times: list[float]) -> dict:
     return {
         "step_s": statistics.median(times),
@@ -108,8 +209,10 @@ def summarise_stratagym(rows: list[dict], times: list[float]) -> dict:
     }
 
 
-def bench_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True) -> dict:
-    trainer = make_stratagym(model_path, steps, warmup, max_new, fused)
+def bench_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True,
+                    shared: bool = True) -> dict:
+    trainer = make_stratagym(model_path, steps, warmup, max_new, fused, shared)
+    clock = instrument_stratagym(trainer)
     rows, times = [], []
     for i in range(steps + warmup):
         t0 = time.perf_counter()
@@ -119,11 +222,11 @@ def bench_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fuse
             rows.append(row)
             times.append(dt)
     trainer.close()
-    return summarise_stratagym(rows, times)
+    return {**summarise_stratagym(rows, times), "phases": clock.medians(warmup)}
 
 
 def bench_trl(model_path: str, steps: int, warmup: int, max_new: int, cache: str | None = None,
-              paired: object = None) -> dict:
+              paired: object = None, paired_clock: PhaseClock | None = None) -> dict:
     """TRL's step times; with ``paired`` (a stratagym Trainer) one stratagym step runs right after each
     TRL step (outside TRL's timer), so both see the same machine load step by step."""
     from datasets import Dataset
@@ -141,13 +244,19 @@ def bench_trl(model_path: str, steps: int, warmup: int, max_new: int, cache: str
     times: list[float] = []
     lengths: list[float] = []
     ours: list[tuple[float, dict]] = []
+    clock = PhaseClock()
 
     class Timer(TrainerCallback):
+        def on_train_begin(self, args, state, control, optimizer=None, **kw):
+            clock.wrap(trainer.optimizer, "step", "optimizer")
+
         def on_step_begin(self, args, state, control, **kw):
+            clock.start()
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.t0)
+            clock.end(times[-1])
             if paired is not None:
                 t0 = time.perf_counter()
                 row = paired.train_step()
@@ -166,13 +275,44 @@ def bench_trl(model_path: str, steps: int, warmup: int, max_new: int, cache: str
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
                           callbacks=[Timer()])
+    instrument_trl(trainer, clock)
     trainer.train()
     kept = times[warmup:]
-    out = {"step_s": statistics.median(kept), "tokens": 16 * statistics.mean(lengths[warmup:]) if lengths else float("nan")}
+    out = {"step_s": statistics.median(kept), "tokens": 16 * statistics.mean(lengths[warmup:]) if lengths else float("nan"),
+           "phases": clock.medians(warmup)}
     if paired is not None:
         out["paired"] = summarise_stratagym([r for _, r in ours[warmup:]], [t for t, _ in ours[warmup:]])
+        if paired_clock is not None:
+            out["paired"]["phases"] = paired_clock.medians(warmup)
         out["step_ratios"] = [t / k for (t, _), k in zip(ours[warmup:], kept)]
     return out
+
+
+def print_phases(tag: str, ours: dict | None, theirs: dict | None) -> None:
+    """One line per phase: stratagym's and TRL's median ms and their ratio (medians of each phase need not
+    add up to the median step)."""
+    a, b = (ours or {}).get("phases") or {}, (theirs or {}).get("phases") or {}
+    if not a and not b:
+        return
+    print(f"{tag}per-phase medians (ms):   {'stratagym':>10} {'TRL':>10}  ratio", flush=True)
+    for k in PHASES:
+        x, y = a.get(k), b.get(k)
+        xs = f"{x * 1000:10.1f}" if x is not None else f"{'-':>10}"
+        ys = f"{y * 1000:10.1f}" if y is not None else f"{'-':>10}"
+        r = f"{x / y:6.2f}x" if x is not None and y and y > 1e-4 else ""
+        print(f"{tag}  {k:<22} {xs} {ys}  {r}", flush=True)
+
+
+def model_path(hidden: int, model: str | None) -> str:
+    """``--model`` as given (any local Llama/Qwen2 HF folder, e.g. an SFT checkpoint), else the tiny
+    Qwen2 of width ``hidden`` (64: the 2-layer default, ~0.3M parameters; otherwise 4 layers)."""
+    if model:
+        return model
+    from stratagym.agents.tiny_lm import TinyLMConfig, tiny_lm_path
+
+    cfg = TinyLMConfig() if hidden == 64 else TinyLMConfig(hidden_size=hidden, intermediate_size=2 * hidden,
+                                                         num_hidden_layers=4)
+    return str(tiny_lm_path(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,29 +321,37 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=64, help="tiny model width (64 -> ~0.3M params, 256 -> ~3M)")
+    ap.add_argument("--model", default=None,
+                    help="a local HF model folder instead of the tiny model (e.g. data/checkpoints/sft-searchqa)")
     ap.add_argument("--only", choices=["stratagym", "trl"], default=None)
     ap.add_argument("--repeats", type=int, default=1,
                     help="run stratagym and TRL back to back this many times (alternating) and print the ratio range")
     ap.add_argument("--no-fused", action="store_true", help="stratagym samples through the transformers forward")
+    ap.add_argument("--no-shared-prompts", action="store_true",
+                    help="stratagym re-scores every row whole (policy.shared_prompt_scoring: false)")
     ap.add_argument("--trl-cache", default=None, help="TRL's generation cache_implementation (e.g. static)")
     ap.add_argument("--sequential", action="store_true",
                     help="all stratagym steps, then all TRL steps (default: one stratagym step after each TRL step, "
                          "so both see the same load)")
     args = ap.parse_args(argv)
-    from stratagym.agents.tiny_lm import TinyLMConfig, tiny_lm_path
+    path = model_path(args.hidden, args.model)
+    from transformers import AutoConfig
 
-    cfg = TinyLMConfig() if args.hidden == 64 else TinyLMConfig(hidden_size=args.hidden, intermediate_size=2 * args.hidden,
-                                                              num_hidden_layers=4)
-    path = str(tiny_lm_path(cfg))
-    print(f"model {path}; batch 2 prompts x 8 generations, <= {args.max_new} new tokens, beta 0.04, 1 thread; "
-          f"median of {args.steps} steps after {args.warmup} warm-up", flush=True)
+    n_params = _count_params(path)
+    print(f"model {path} ({n_params / 1e6:.2f}M parameters, {AutoConfig.from_pretrained(path).model_type}); batch 2 "
+          f"prompts x 8 generations, <= {args.max_new} new tokens, beta 0.04, 1 thread; median of {args.steps} steps "
+          f"after {args.warmup} warm-up", flush=True)
     ratios: list[float] = []
+    phase_ratios: dict[str, list[float]] = {}
     for rep in range(args.repeats):
         tag = f"[{rep + 1}/{args.repeats}] " if args.repeats > 1 else ""
         ours = theirs = None
         if args.only is None and not args.sequential:
-            trainer = make_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused)
-            theirs = bench_trl(path, args.steps, args.warmup, args.max_new, cache=args.trl_cache, paired=trainer)
+            trainer = make_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused,
+                                     shared=not args.no_shared_prompts)
+            clock = instrument_stratagym(trainer)
+            theirs = bench_trl(path, args.steps, args.warmup, args.max_new, cache=args.trl_cache, paired=trainer,
+                               paired_clock=clock)
             trainer.close()
             ours = theirs["paired"]
             print(f"{tag}stratagym GRPO step: {ours['step_s'] * 1000:8.1f} ms  ({ours['tokens']:.0f} tokens/step; rollout "
@@ -214,7 +362,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{tag}per-step ratios (interleaved): median {statistics.median(theirs['step_ratios']):.2f}x, "
                   f"{min(theirs['step_ratios']):.2f}x .. {max(theirs['step_ratios']):.2f}x", flush=True)
         elif args.only in (None, "stratagym"):
-            ours = bench_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused)
+            ours = bench_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused,
+                                   shared=not args.no_shared_prompts)
             print(f"{tag}stratagym GRPO step: {ours['step_s'] * 1000:8.1f} ms  ({ours['tokens']:.0f} tokens/step; rollout "
                   f"{ours['rollout_s'] * 1000:.1f} ms, {ours['tokens_per_s']:.0f} generated tokens/s, "
                   f"env share of rollout {ours['env_share'] * 100:.2f}%)", flush=True)
@@ -222,11 +371,24 @@ def main(argv: list[str] | None = None) -> None:
             theirs = bench_trl(path, args.steps, args.warmup, args.max_new, cache=args.trl_cache)
             print(f"{tag}TRL GRPOTrainer step:  {theirs['step_s'] * 1000:8.1f} ms  ({theirs['tokens']:.0f} tokens/step)",
                   flush=True)
+        print_phases(tag, ours, theirs)
         if ours and theirs:
             ratios.append(ours["step_s"] / theirs["step_s"])
             print(f"{tag}ratio stratagym / TRL: {ratios[-1]:.2f}x  (goal <= 0.5x)", flush=True)
+            for k in PHASES:
+                x, y = ours.get("phases", {}).get(k), theirs.get("phases", {}).get(k)
+                if x is not None and y and y > 1e-4:
+                    phase_ratios.setdefault(k, []).append(x / y)
     if len(ratios) > 1:
         print(f"ratio over {len(ratios)} runs: {min(ratios):.2f}x .. {max(ratios):.2f}x (median {statistics.median(ratios):.2f}x)")
+        for k, rs in phase_ratios.items():
+            print(f"  {k:<22} ratio over {len(rs)} runs: {min(rs):.2f}x .. {max(rs):.2f}x (median {statistics.median(rs):.2f}x)")
+
+
+def _count_params(path: str) -> int:
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@
   for the real tokens, and SDPA takes its causal fast path); the model computes logits only at the ``T``
   positions of each row that predict its response tokens (a per-row ``logits_to_keep``), and the result is
   left-aligned (column t = t-th response token) with a mask. Older transformers without per-row
-  ``logits_to_keep`` get the left-padded, masked layout;
+  ``logits_to_keep`` get the left-padded, masked layout. When payloads share prompts (the G samples of a
+  group), each distinct prompt runs once and its keys/values are reused by the rows that share it
+  (``shared_prompt_scoring``; same maths, gradients flow back into the shared prompt pass);
 * ``frozen_copy`` is a deep copy of the model without gradients -- or, for LoRA, a view that runs the
   same model with the adapters disabled (the reference policy is the base model, no second copy);
 * ``save_pretrained`` / ``from_pretrained`` write/read a normal HF folder (safetensors, tokenizer) plus
@@ -65,7 +67,13 @@ class LLMConfig:
     ``lora``: peft LoRA settings (``r``, ``alpha``, ``dropout``, ``target_modules``) or None for full
     fine-tuning. ``fused_decode``: the ``hf`` backend samples Llama/Qwen2 models through the fused
     static-KV-cache forward (:mod:`stratagym.agents.fused_decode`; exact, several times faster on small
-    models); False always calls the transformers model per token. ``vllm`` / ``openai``: keyword arguments of those backends.
+    models); False always calls the transformers model per token. ``shared_prompt_scoring``: re-scoring
+    runs each distinct prompt once and the rows that share it continue from its key/value cache (a
+    group's G samples share their prompt, so the scoring forward, the reference forward and the backward
+    skip (G-1)/G of the prompt tokens); the same maths as scoring every row whole (equal up to float
+    rounding, gradients included). Used on an unwrapped model only (not under DDP/FSDP, which expect one
+    forward per backward) and not with gradient checkpointing; False always scores rows whole.
+    ``vllm`` / ``openai``: keyword arguments of those backends.
     """
 
     model: str = ""
@@ -83,6 +91,7 @@ class LLMConfig:
     gradient_checkpointing: bool = False
     logprob_chunk: Optional[int] = None
     fused_decode: bool = True
+    shared_prompt_scoring: bool = True
     vllm: dict[str, Any] = field(default_factory=dict)
     openai: dict[str, Any] = field(default_factory=dict)
 
@@ -335,7 +344,29 @@ class LLMPolicy:
                 return self._score(payloads, with_entropy)
         return self._score(payloads, with_entropy)
 
+    def _shared_prompts(self, payloads: Sequence[Any]) -> Optional[tuple[list[torch.Tensor], list[int]]]:
+        """The distinct prompts of ``payloads`` and each row's index into them, when scoring through
+        a shared prompt pass pays off (rows share prompts, the model runs unwrapped with a KV cache and
+        per-row ``logits_to_keep``); else None."""
+        if not self.config.shared_prompt_scoring or len(payloads) < 2 or not _per_row_logits_to_keep():
+            return None
+        if self.model is not unwrap_model(self.model) or self.config.gradient_checkpointing:
+            return None
+        first: dict[tuple[int, ...], int] = {}
+        expand = [first.setdefault(tuple(p["prompt_ids"].tolist()), len(first)) for p in payloads]
+        uniq = list(first)
+        saved = sum(len(payloads[i]["prompt_ids"]) - 1 for i in range(len(payloads))) - sum(len(u) - 1 for u in uniq)
+        total = sum(int(p["prompt_ids"].numel() + p["response_ids"].numel()) for p in payloads)
+        # a shared pass costs a padding mask (no causal fast path) and one more forward: worth it when it
+        # skips a real share of the tokens (a group rollout's G copies of a prompt)
+        if saved * 8 < total:
+            return None
+        return [torch.tensor(u, dtype=torch.long) for u in uniq], expand
+
     def _score(self, payloads: Sequence[Any], with_entropy: bool) -> SequenceLogProbs:
+        shared = self._shared_prompts(payloads)
+        if shared is not None:
+            return self._score_shared(payloads, with_entropy, *shared)
         device = self.device
         B = len(payloads)
         plen = torch.tensor([int(p["prompt_ids"].numel()) for p in payloads])
@@ -382,6 +413,58 @@ class LLMPolicy:
         if idx is not None:
             lp = lp.gather(1, idx)
             ent = ent.gather(1, idx) if ent is not None else None
+        lp = lp.masked_fill(~mask, 0.0)
+        if ent is not None:
+            ent = ent.masked_fill(~mask, 0.0)
+        samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(device)
+        return SequenceLogProbs(lp, mask, ent, samp)
+
+
+    def _score_shared(self, payloads: Sequence[Any], with_entropy: bool, prompts: list[torch.Tensor],
+                      expand: list[int]) -> SequenceLogProbs:
+        """:meth:`_score` with each distinct prompt run once. Pass 1 runs the prompts without their last
+        token (left-padded, with their mask) and keeps their keys/values; the cache rows are then copied to
+        the rows sharing each prompt (an index, so gradients of every row flow into the one prompt pass).
+        Pass 2 runs each row's last prompt token + response (right-padded) on top of its cache row, at
+        positions that continue its own prompt; its first T outputs predict the T response tokens."""
+        device = self.device
+        B, U = len(payloads), len(prompts)
+        pre_len = torch.tensor([int(p.numel()) - 1 for p in prompts])
+        P = int(pre_len.max())
+        pad = self.tokenizer.pad_token_id
+        pre_ids = torch.full((U, P), pad, dtype=torch.long)
+        pre_attn = torch.zeros((U, P), dtype=torch.long)
+        for u, p in enumerate(prompts):
+            n = int(pre_len[u])
+            if n:
+                pre_ids[u, P - n :] = p[:-1]
+                pre_attn[u, P - n :] = 1
+        rlen = torch.tensor([int(p["response_ids"].numel()) for p in payloads])
+        if int(rlen.min()) < 1:
+            raise ValueError("every payload needs at least one response token")
+        T = int(rlen.max())
+        idx = torch.tensor(expand, dtype=torch.long)
+        suf = torch.full((B, T + 1), pad, dtype=torch.long)
+        for i, p in enumerate(payloads):
+            suf[i, 0] = prompts[expand[i]][-1]
+            suf[i, 1 : 1 + int(rlen[i])] = p["response_ids"]
+        pre_pos = (pre_attn.cumsum(-1) - 1).clamp(min=0)
+        # trailing pads of a short response are ones in the mask: causal attention keeps real queries off them
+        attn = torch.cat([pre_attn[idx], torch.ones((B, T + 1), dtype=torch.long)], dim=1)
+        pos = pre_len[idx][:, None] + torch.arange(T + 1)[None, :]
+        pre_ids, pre_attn, pre_pos = pre_ids.to(device), pre_attn.to(device), pre_pos.to(device)
+        out = self.model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        cache.batch_select_indices(idx.to(device))
+        cols = torch.arange(T, device=device)
+        keep = cols[None, :].expand(B, T)
+        out = self.model(input_ids=suf.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
+                         past_key_values=cache, use_cache=True, logits_to_keep=keep)
+        labels = suf[:, 1:].to(device)
+        mask = cols[None, :] < rlen.to(device)[:, None]
+        res = token_logprobs(out.logits.float(), labels, temperature=self.config.temperature, with_entropy=with_entropy,
+                             chunk_size=self.config.logprob_chunk)
+        lp, ent = (res if with_entropy else (res, None))
         lp = lp.masked_fill(~mask, 0.0)
         if ent is not None:
             ent = ent.masked_fill(~mask, 0.0)

@@ -47,3 +47,54 @@ def test_right_and_left_padded_scoring_agree(monkeypatch):
             assert torch.allclose(a.logprobs[i, : ref.numel()], ref, atol=1e-5)
             assert float(a.logprobs[i, ref.numel():].abs().sum()) == 0.0
     pol.model.zero_grad(set_to_none=True)
+
+
+def _group_payloads() -> list[dict]:
+    """Three groups sharing a prompt each (1, 9 and 20 tokens: one with nothing before its last token),
+    responses of different lengths within a group."""
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for n_p in (1, 9, 20):
+        prompt = torch.randint(3, 700, (n_p,), generator=g)
+        for n_r in (1, 7, 15, 4):
+            out.append({"prompt_ids": prompt.clone(), "response_ids": torch.randint(3, 700, (n_r,), generator=g),
+                        "sampling_logprobs": torch.zeros(n_r)})
+    return out
+
+
+def test_shared_prompt_scoring_matches_whole_rows():
+    """Each distinct prompt scored once, its KV cache reused by the rows sharing it: the same log-probs,
+    entropies and gradients (including those flowing back through the shared prompt pass) as scoring
+    every row whole, and the path is really taken."""
+    path = tiny_lm_path()
+    pays = _group_payloads()
+    results = {}
+    for shared in (True, False):
+        pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), temperature=0.7,
+                                                               shared_prompt_scoring=shared))
+        assert (pol._shared_prompts(pays) is not None) == shared
+        res = pol.sequence_log_probs(pays, with_entropy=True)
+        (res.logprobs * res.mask).sum().backward()
+        results[shared] = (res, [p.grad.clone() for p in pol.parameters()])
+    (a, ga), (b, gb) = results[True], results[False]
+    assert torch.equal(a.mask, b.mask) and a.mask.sum(1).tolist() == [1, 7, 15, 4] * 3
+    assert torch.isfinite(a.logprobs).all() and torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert torch.allclose(a.entropy, b.entropy, atol=1e-5)
+    assert float(a.logprobs.detach()[~a.mask].abs().sum()) == 0.0
+    assert all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(ga, gb))
+
+
+def test_shared_prompt_scoring_only_when_prompts_repeat():
+    """Distinct prompts (nothing to share), or a wrapped model, score rows whole."""
+    path = tiny_lm_path()
+    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path)))
+    assert pol._shared_prompts(_payloads()) is None
+    assert pol._shared_prompts(_group_payloads()) is not None
+
+    class Wrapped(torch.nn.Module):  # the shape of a DDP / accelerate wrapper: the model under .module
+        def __init__(self, module: torch.nn.Module):
+            super().__init__()
+            self.module = module
+
+    pol.model = Wrapped(pol.model)
+    assert pol._shared_prompts(_group_payloads()) is None
