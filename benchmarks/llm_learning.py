@@ -220,8 +220,9 @@ def report(args: argparse.Namespace) -> None:
     ids = sorted(before)
     b = proportion([before[i] for i in ids])
     lines = [f"SFT checkpoint, test EM on {len(ids)} questions: {_fmt(b)}", "",
-             "| method | seed | steps | train s | EM after [95% CI] | paired diff after-before [95% CI] | tied groups first 3 steps | tied groups last 3 steps | train return first 3 -> last 3 |",
+             "| method | seed | steps | train s | EM after [95% CI] | paired diff after-before [95% CI] | tied groups drawn, first 3 -> last 3 steps | tied groups trained on, first 3 -> last 3 | train return first 3 -> last 3 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    drawn_all: list[float] = []
     summary: dict[str, list[float]] = {}
     for m in args.methods:
         for s in args.seeds:
@@ -241,8 +242,20 @@ def report(args: argparse.Namespace) -> None:
             def ret(rows: list[dict[str, Any]]) -> float:
                 return sum(x["return"] or 0.0 for x in rows) / max(1, len(rows))
 
+            # With DAPO dynamic sampling (rollout.filter_groups) the trained groups never tie; the share of
+            # DRAWN groups that tied is the trainer's rollout/filtered_frac. Without it, drawn = trained.
+            drawn = [frac([x]) for x in c]
+            mfile = out / f"{m}-s{s}" / "train" / "metrics.jsonl"
+            if mfile.exists():
+                mrows = [json.loads(line) for line in mfile.read_text().splitlines() if line.strip()]
+                if mrows and "rollout/filtered_frac" in mrows[0]:
+                    drawn = [float(x["rollout/filtered_frac"]) for x in mrows]
+            drawn_all += drawn
             lines.append(f"| {m} | {s} | {r['steps']} | {r['train_s']:.0f} | {_fmt(a)} | {d.value:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] | "
-                         f"{frac(c[:3]):.2f} | {frac(c[-3:]):.2f} | {ret(c[:3]):.3f} -> {ret(c[-3:]):.3f} |")
+                         f"{sum(drawn[:3]) / 3:.2f} -> {sum(drawn[-3:]) / 3:.2f} | {frac(c[:3]):.2f} -> {frac(c[-3:]):.2f} | "
+                         f"{ret(c[:3]):.3f} -> {ret(c[-3:]):.3f} |")
+    if drawn_all:
+        lines += ["", f"Tied groups among all drawn groups, mean over every step of every run: {sum(drawn_all) / len(drawn_all):.2f}"]
     lines += ["", "| method | seeds | mean paired diff | sd | min | max |", "| --- | --- | --- | --- | --- | --- |"]
     for m, diffs in summary.items():
         sm = across_seeds(diffs)
