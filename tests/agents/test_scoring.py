@@ -98,3 +98,27 @@ def test_shared_prompt_scoring_only_when_prompts_repeat():
 
     pol.model = Wrapped(pol.model)
     assert pol._shared_prompts(_group_payloads()) is None
+
+
+def test_shared_prompt_scoring_with_lora_and_its_reference():
+    """A LoRA policy (peft wrapper) and its reference view (adapters disabled) take the shared path too,
+    with the same log-probs and adapter gradients as whole rows."""
+    path = str(tiny_lm_path())
+    pays = _group_payloads()
+    results = {}
+    for shared in (True, False):
+        torch.manual_seed(0)
+        pol = LLMPolicy.from_pretrained(path, config=LLMConfig(
+            model=path, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, shared_prompt_scoring=shared))
+        for p in pol.parameters():  # non-zero adapters, so that the policy and its reference differ
+            torch.nn.init.normal_(p, std=0.05)
+        assert (pol._shared_prompts(pays) is not None) == shared
+        res = pol.sequence_log_probs(pays)
+        (res.logprobs * res.mask).sum().backward()
+        with torch.no_grad():
+            ref = pol.frozen_copy().sequence_log_probs(pays)
+        results[shared] = (res.logprobs.detach(), ref.logprobs, [p.grad.clone() for p in pol.parameters()])
+    (a, ra, ga), (b, rb, gb) = results[True], results[False]
+    assert float((a - ra).abs().max()) > 1e-3  # the adapters matter
+    assert torch.allclose(a, b, atol=1e-5) and torch.allclose(ra, rb, atol=1e-5)
+    assert len(ga) == 8 and all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(ga, gb))
