@@ -11,8 +11,9 @@ For a suite (:mod:`stratagym.eval.suite`):
    spread across training seeds) carrying the training curve (``rollout/return`` per step);
 3. every record is copied to ``<board_dir>/records/`` (plain JSON, the board's portable source: rebuild a
    store with ``stratagym leaderboard submit <board_dir>/records/*.json``), **submitted** to the
-   leaderboard store (a record already there is reported, not an error), and the board is **rendered**
-   (``LEADERBOARD.md``, ``index.html``, plots).
+   leaderboard store (a record already there is reported, not an error); records in ``<board_dir>/records/``
+   that the store lacks (a fresh clone, records of studies added by hand) are submitted too, and the board
+   is **rendered** (``LEADERBOARD.md``, ``index.html``, plots) from all of them.
 
 Resuming (default): finished training runs are reloaded from their last checkpoint instead of retrained,
 and evals continue from their progress files, so a killed bench picks up where it stopped.
@@ -58,6 +59,25 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = copy.deepcopy(v)
     return out
+
+
+def _ingest_records_dir(lb: Any, records_dir: Path, say: Callable[[str], None]) -> int:
+    """Submit every ``records_dir/*.json`` whose record id the store does not hold; returns how many.
+    A file the board refuses is reported and skipped: one bad file must not stop the render."""
+    from stratagym.eval.records import RecordError, load_record
+    from stratagym.leaderboard.store import SubmissionError
+
+    added = 0
+    for path in sorted(Path(records_dir).glob("*.json")) if Path(records_dir).is_dir() else []:
+        try:
+            rec = load_record(path)
+            if lb.has_record(rec["record_id"]):
+                continue
+            lb.submit(rec)
+            added += 1
+        except (SubmissionError, RecordError, ValueError, OSError) as exc:
+            say(f"  not added from {path.name}: {exc}")
+    return added
 
 
 def recipe_for_run(suite: Suite, section: TrainSection, alg: AlgorithmEntry, env_id: str, seed: int, output_dir: Path) -> Any:
@@ -288,6 +308,12 @@ def run_bench(
                     submit(rec)
 
     # 3. render -----------------------------------------------------------------------------------------
+    # The committed records folder is the board's source: records in it that this store lacks (a fresh
+    # clone has no board.db; studies and SFT/RL comparisons add records by hand) are submitted first, so
+    # the rendered board is the same on every machine.
+    ingested = _ingest_records_dir(lb, records_dir, say)
+    if ingested:
+        say(f"  added {ingested} record(s) from {records_dir} that the store did not hold")
     paths = render_board(lb, board_dir)
     lb.close()
     summary = {"suite": suite.name, "records": [r["record_id"] for r in records], "seconds": time.perf_counter() - t_start}

@@ -224,6 +224,10 @@ class Leaderboard:
             r = conn.execute(sa.select(results.c.id, results.c.submitted).where(results.c.record_id == record_id)).first()
         return dict(r._mapping) if r else None
 
+    def has_record(self, record_id: str) -> bool:
+        """Whether a record with this id is on the board (submitting it again would be a duplicate)."""
+        return self._find(record_id) is not None
+
     def __len__(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(results)).scalar_one())

@@ -70,6 +70,24 @@ def test_bench_trains_evaluates_submits_renders_and_resumes(tmp_path):
     assert any("already on the board" in m for m in messages)
 
 
+    # the records folder is the board's source: a fresh clone has no board.db, and records added to the
+    # folder by hand (a study) are on the rendered board too; a broken file is reported, not fatal
+    extra = dict(res.records[0], agent={**res.records[0]["agent"], "label": "from a study"})
+    extra.pop("record_id")
+    from stratagym.eval.records import finalize_record
+    from stratagym.atomic import write_json_atomic
+
+    write_json_atomic(tmp_path / "site" / "records" / "study__x.json", finalize_record(extra))
+    (tmp_path / "site" / "records" / "broken.json").write_text("{not json")
+    messages = []
+    res3 = run_bench(suite, **{**kw, "board": str(tmp_path / "fresh.db"), "log": messages.append})
+    assert res3.submitted == 3
+    assert "from a study" in res3.markdown.read_text()
+    assert any("not added from broken.json" in m for m in messages)
+    with Leaderboard(str(tmp_path / "fresh.db")) as lb:
+        assert len(lb) == 4
+
+
 def test_suite_errors_name_the_field(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("name: x\nevals: [{env: a/B-v0, nn: 3}]\n")
