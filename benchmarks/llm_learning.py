@@ -220,8 +220,8 @@ def report(args: argparse.Namespace) -> None:
     ids = sorted(before)
     b = proportion([before[i] for i in ids])
     lines = [f"SFT checkpoint, test EM on {len(ids)} questions: {_fmt(b)}", "",
-             "| method | seed | steps | train s | EM after [95% CI] | paired diff after-before [95% CI] | tied groups drawn, first 3 -> last 3 steps | tied groups trained on, first 3 -> last 3 | train return first 3 -> last 3 |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| method | seed | steps | train s | EM after [95% CI] | paired diff after-before [95% CI] | wrong->right / right->wrong | tied groups drawn, first 3 -> last 3 steps | tied groups trained on, first 3 -> last 3 | train return first 3 -> last 3 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     drawn_all: list[float] = []
     summary: dict[str, list[float]] = {}
     for m in args.methods:
@@ -252,6 +252,7 @@ def report(args: argparse.Namespace) -> None:
                     drawn = [float(x["rollout/filtered_frac"]) for x in mrows]
             drawn_all += drawn
             lines.append(f"| {m} | {s} | {r['steps']} | {r['train_s']:.0f} | {_fmt(a)} | {d.value:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] | "
+                         f"{sum(after[i] > before[i] for i in ids)} / {sum(after[i] < before[i] for i in ids)} | "
                          f"{sum(drawn[:3]) / 3:.2f} -> {sum(drawn[-3:]) / 3:.2f} | {frac(c[:3]):.2f} -> {frac(c[-3:]):.2f} | "
                          f"{ret(c[:3]):.3f} -> {ret(c[-3:]):.3f} |")
     if drawn_all:
