@@ -37,6 +37,12 @@ def test_trainer_starts_and_stops_its_own_ray(tmp_path, monkeypatch):
         assert ray.is_initialized()
         assert _ray_processes()  # the check below can see Ray's processes
         (row,) = trainer.train()
+        # the runtime the pool started runs its env actors at the driver's niceness, not Ray's 15
+        import os
+
+        actors = [a for a in trainer.collector.pool.actors() if a is not None]
+        assert actors and ray.get([a.niceness.remote() for a in actors]) == [os.getpriority(os.PRIO_PROCESS, 0)] * len(actors)
+        assert "RAY_worker_niceness" not in os.environ  # the pool's setting did not leak into ours
         assert row["rollout/episodes"] == 4 and row["rollout/failed"] == 0
         ev = trainer.evaluate()  # a second pool on the same runtime
         assert ev["eval/episodes"] == 2 and ev["eval/failed"] == 0
