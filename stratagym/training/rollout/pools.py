@@ -243,9 +243,10 @@ class _EnvHost:
         self.envs: dict[int, Any] = {}
         # Ray starts its workers at niceness 15 (its ``worker_niceness``), so that the driver and Ray's
         # daemons win the CPU. An env actor is the rollout's work, not a background task: at nice 15 it
-        # gets a fraction of a core wherever anything else runs at 0 (measured: 2 actors ran at ~50% of
-        # a core each while the in-process pool's driver got a full one). Come back to the driver's
-        # niceness where permitted (root, CAP_SYS_NICE, RLIMIT_NICE); otherwise keep Ray's.
+        # gets a few percent of a core next to any nice-0 process it is scheduled against (the same
+        # session under Linux's autogroup, everything without it). Measured with 2 busy nice-0 processes
+        # in the driver's session: ALFWorld through 2 actors at nice 15, 7-13 steps/s; at nice 0, 40-57.
+        # Come back to the driver's niceness where permitted (root, CAP_SYS_NICE, RLIMIT_NICE).
         if niceness is not None and os.getpriority(os.PRIO_PROCESS, 0) > niceness:
             try:
                 os.setpriority(os.PRIO_PROCESS, 0, niceness)
@@ -321,7 +322,7 @@ class RayPool:
     ``num_cpus_per_worker`` CPUs of the cluster for its lifetime, so ``num_workers`` actors need that many
     free; a call that gets no answer within ``timeout`` seconds fails like a dead actor. Actors run at
     the driver's niceness, not the 15 Ray gives its workers (a runtime the pool starts is told so; in a
-    joined one each actor lowers its own where permitted): on a shared machine nice 15 halves their CPU.
+    joined one each actor lowers its own where permitted): at nice 15 any nice-0 process starves them.
 
     Optional: needs ``pip install 'stratagym[dist]'``.
     """
