@@ -61,6 +61,23 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _supersede(lb: Any, records_dir: Path, prefix: str, *, keep: Path, say: Callable[[str], None]) -> None:
+    """Remove the suite's earlier record of the same (label, env, split): its file in ``records_dir`` and its
+    row in the store. A rerun of a trained entry gets a new record id (new time stamps and curves), and
+    without this every ``make demo`` would add a duplicate row to the committed board."""
+    for old in sorted(records_dir.glob(f"{prefix}*.json")):
+        if old == keep:
+            continue
+        try:
+            rid = json.loads(old.read_text(encoding="utf-8")).get("record_id")
+        except (OSError, ValueError):
+            rid = None
+        if isinstance(rid, str):
+            lb.delete_record(rid)
+        old.unlink(missing_ok=True)
+        say(f"  replaced the earlier record {old.name}")
+
+
 def _ingest_records_dir(lb: Any, records_dir: Path, say: Callable[[str], None]) -> int:
     """Submit every ``records_dir/*.json`` whose record id the store does not hold; returns how many.
     A file the board refuses is reported and skipped: one bad file must not stop the render."""
@@ -215,9 +232,11 @@ def run_bench(
     records_dir = Path(board_dir) / "records"
 
     def submit(rec: dict[str, Any]) -> None:
-        path = records_dir / f"{slug(rec['agent']['label'])}__{slug(rec['env']['id'])}__{slug(rec['split'])}__{rec['record_id'][:12]}.json"
+        prefix = f"{slug(rec['agent']['label'])}__{slug(rec['env']['id'])}__{slug(rec['split'])}__"
+        path = records_dir / f"{prefix}{rec['record_id'][:12]}.json"
         if not path.exists():  # the same evaluation rerun keeps its first copy (and its time stamp)
             write_json_atomic(path, rec)
+        _supersede(lb, records_dir, prefix, keep=path, say=say)
         try:
             rid = lb.submit(rec)
             counts["submitted"] += 1

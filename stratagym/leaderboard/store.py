@@ -218,6 +218,11 @@ class Leaderboard:
 
         return bool(self._retry(run))
 
+    def delete_record(self, record_id: str) -> bool:
+        """Delete the result with this record id (a superseded record); False when it is not on the board."""
+        found = self._find(record_id)
+        return bool(found) and self.delete(int(found["id"]))
+
     # ---- reading ---------------------------------------------------------------------------------
     def _find(self, record_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:

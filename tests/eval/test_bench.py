@@ -88,6 +88,22 @@ def test_bench_trains_evaluates_submits_renders_and_resumes(tmp_path):
         assert len(lb) == 4
 
 
+    # an entry retrained with another config (a new record id) replaces the suite's earlier record of the
+    # same (label, env, split), in the folder and in the store: a changed suite or recipe schema never
+    # duplicates rows on the committed board
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
+    suite.write_text(SUITE.replace("total_steps: 4", "total_steps: 3"))
+    res4 = run_bench(suite, **{**kw, "board": str(tmp_path / "fresh.db"), "log": lambda s: None})
+    new_ids = {r["record_id"] for r in res4.records}
+    assert new_ids - {r["record_id"] for r in res.records}  # the retrained entries got new ids
+    files = sorted(p.name for p in (tmp_path / "site" / "records").glob("grpo*.json"))
+    assert len(files) == 2 and all(any(f.endswith(i[:12] + ".json") for i in new_ids) for f in files), files
+    with Leaderboard(str(tmp_path / "fresh.db")) as lb:
+        assert len(lb) == 4 and {r["record_id"] for r in lb.records()} >= new_ids
+
+
 def test_suite_errors_name_the_field(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("name: x\nevals: [{env: a/B-v0, nn: 3}]\n")
