@@ -23,7 +23,7 @@ def app():
     return cli.app
 
 
-def test_index_build_and_info(app, tmp_path, small_corpus_path):
+def test_index_build_and_info(app, tmp_path, small_corpus_path, capsys):
     out = tmp_path / "idx"
     runner = CliRunner()
     res = runner.invoke(app, ["index", "build", "--corpus", str(small_corpus_path), "--backend", "bm25s", "--out", str(out)])
@@ -33,10 +33,19 @@ def test_index_build_and_info(app, tmp_path, small_corpus_path):
     assert manifest["backend"] == "bm25s" and manifest["corpus"]["path"] == str(small_corpus_path.resolve())
     res = runner.invoke(app, ["index", "info", str(out)])
     assert res.exit_code == 0 and '"backend": "bm25s"' in res.output
-    res = runner.invoke(app, ["index", "build", "--backend", "elastic", "--out", str(tmp_path / "x")])
-    assert res.exit_code == 2 and "unknown retrieval backend" in res.output
-    res = runner.invoke(app, ["index", "info", str(tmp_path)])
-    assert res.exit_code == 2 and "not a stratagym index" in res.output
+    # user errors go through the console script's one error boundary (stratagym.cli.main): exit 2, a message
+    code, text = run_main(capsys, "index", "build", "--backend", "elastic", "--out", str(tmp_path / "x"))
+    assert code == 2 and "unknown retrieval backend" in text
+    code, text = run_main(capsys, "index", "info", str(tmp_path))
+    assert code == 2 and "not a stratagym index" in text
+
+
+def run_main(capsys, *args: str) -> tuple[int, str]:
+    """``stratagym ARGS`` through :func:`stratagym.cli.main` in-process: (exit code, stderr + stdout)."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(list(args))
+    out = capsys.readouterr()
+    return info.value.code, out.err + out.out
 
 
 def test_serve_retrieval_subprocess(app, tmp_path, small_corpus_path):

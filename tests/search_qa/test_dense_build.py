@@ -248,7 +248,7 @@ def test_import_search_r1_index_searches_like_brute_force(tmp_path, search_r1_fi
         assert {int(h.id) for h in hits} <= set(np.argsort(-row)[:6].tolist())  # ties at the cut aside
 
 
-def test_import_search_r1_bad_inputs(tmp_path, search_r1_files, tiny_encoder):
+def test_import_search_r1_bad_inputs(tmp_path, search_r1_files, tiny_encoder, capsys):
     import faiss
 
     from stratagym.envs.search_qa.dense_build import import_search_r1
@@ -282,6 +282,9 @@ def test_import_search_r1_bad_inputs(tmp_path, search_r1_files, tiny_encoder):
 
     if "index" not in cli.GROUPS:
         cli._load_plugins()
-    res = CliRunner().invoke(cli.app, ["index", "import-search-r1", "--index", str(tmp_path / "missing.index"),
-                                       "--corpus", str(corpus), "--model", str(tiny_encoder), "--out", str(tmp_path / "z")])
-    assert res.exit_code == 2 and "does not exist; pass --index" in res.output and "Traceback" not in res.output
+    with pytest.raises(SystemExit) as info:  # through the console script's error boundary, as a user runs it
+        cli.main(["index", "import-search-r1", "--index", str(tmp_path / "missing.index"),
+                  "--corpus", str(corpus), "--model", str(tiny_encoder), "--out", str(tmp_path / "z")])
+    out = capsys.readouterr()
+    text = out.err + out.out
+    assert info.value.code == 2 and "does not exist; pass --index" in text and "Traceback" not in text

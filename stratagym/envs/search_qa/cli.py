@@ -1,5 +1,6 @@
 """CLI: ``stratagym index build|info|import-search-r1`` and ``stratagym serve retrieval``. Heavy imports stay
-inside commands."""
+inside commands. A ``ConfigError`` (bad backend, missing file, mismatched index) is not caught here: the one
+error boundary, :func:`stratagym.cli.main`, prints it and exits with code 2."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     index_app.command("info")(index_info)
     index_app.command("import-search-r1")(index_import_search_r1)
     groups["serve"].command("retrieval")(serve_retrieval)
+
+
+def _print_manifest(path: Path, headline: str) -> None:
+    """Print ``headline`` (``{num_docs}`` filled from the manifest) with the index path, then the manifest."""
+    import json
+
+    from stratagym.envs.search_qa.index import read_manifest
+
+    manifest = read_manifest(path)
+    typer.echo(f"{headline.format(num_docs=manifest['corpus']['num_docs'])} -> {path}")
+    typer.echo(json.dumps(manifest, indent=2))
 
 
 def index_build(
@@ -51,11 +63,9 @@ def index_build(
     Dense builds encode in shards written atomically; after a crash or kill, the same command resumes
     from the last complete shard.
     """
-    import json
     import time
 
-    from stratagym.errors import ConfigError
-    from stratagym.envs.search_qa.index import build_index, read_manifest
+    from stratagym.envs.search_qa.index import build_index
 
     t0 = time.perf_counter()
     if faiss in ("ivf", "ivfpq"):
@@ -64,18 +74,12 @@ def index_build(
             faiss_params["nbits"] = nbits
     else:
         faiss_params = {"m": hnsw_m} if faiss == "hnsw" else {}
-    try:
-        path = build_index(corpus, out, backend, model=model, faiss_kind=faiss, k1=k1, b=b, threads=threads,
-                           batch_size=batch_size, query_prefix=query_prefix, passage_prefix=passage_prefix,
-                           max_length=max_length, faiss_params=faiss_params or None, device=device,
-                           shard_size=shard_size, work_dir=work_dir, restart=restart, keep_shards=keep_shards,
-                           train_size=train_size, progress=progress)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    manifest = read_manifest(path)
-    typer.echo(f"built {backend} index of {manifest['corpus']['num_docs']} passages in {time.perf_counter() - t0:.1f}s -> {path}")
-    typer.echo(json.dumps(manifest, indent=2))
+    path = build_index(corpus, out, backend, model=model, faiss_kind=faiss, k1=k1, b=b, threads=threads,
+                       batch_size=batch_size, query_prefix=query_prefix, passage_prefix=passage_prefix,
+                       max_length=max_length, faiss_params=faiss_params or None, device=device,
+                       shard_size=shard_size, work_dir=work_dir, restart=restart, keep_shards=keep_shards,
+                       train_size=train_size, progress=progress)
+    _print_manifest(path, f"built {backend} index of {{num_docs}} passages in {time.perf_counter() - t0:.1f}s")
 
 
 def index_import_search_r1(
@@ -88,35 +92,20 @@ def index_import_search_r1(
     max_length: int = typer.Option(256, help="Query token limit (Search-R1's server: 256)."),
 ) -> None:
     """Wrap an existing Search-R1 dense index with a manifest; load it without re-encoding the corpus."""
-    import json
-
-    from stratagym.errors import ConfigError
     from stratagym.envs.search_qa.dense_build import import_search_r1
-    from stratagym.envs.search_qa.index import read_manifest
 
-    try:
-        path = import_search_r1(index, corpus, model, out, query_prefix=query_prefix, passage_prefix=passage_prefix,
-                                max_length=max_length)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    manifest = read_manifest(path)
-    typer.echo(f"imported Search-R1 index of {manifest['corpus']['num_docs']} passages -> {path}")
-    typer.echo(json.dumps(manifest, indent=2))
+    path = import_search_r1(index, corpus, model, out, query_prefix=query_prefix, passage_prefix=passage_prefix,
+                            max_length=max_length)
+    _print_manifest(path, "imported Search-R1 index of {num_docs} passages")
 
 
 def index_info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
     """Print an index's manifest."""
     import json
 
-    from stratagym.errors import ConfigError
     from stratagym.envs.search_qa.index import read_manifest
 
-    try:
-        typer.echo(json.dumps(read_manifest(index), indent=2))
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+    typer.echo(json.dumps(read_manifest(index), indent=2))
 
 
 def serve_retrieval(
@@ -130,14 +119,9 @@ def serve_retrieval(
     max_wait_ms: float = typer.Option(0.0, help="Extra wait for more requests; 0: adaptive batching only."),
 ) -> None:
     """Serve a Search-R1-compatible POST /retrieve API (and GET /health)."""
-    from stratagym.errors import ConfigError
     from stratagym.envs.search_qa.index import make_retriever
     from stratagym.envs.search_qa.server import ServerLimits, run_server
 
-    try:
-        retriever: Any = make_retriever(backend, corpus=corpus, index=index, dense_model=model, shared=False)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+    retriever: Any = make_retriever(backend, corpus=corpus, index=index, dense_model=model, shared=False)
     typer.echo(f"serving {retriever.describe()} on http://{host}:{port}/retrieve")
     run_server(retriever, host=host, port=port, limits=ServerLimits(max_batch=max_batch, max_wait_ms=max_wait_ms))
