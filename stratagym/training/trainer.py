@@ -379,8 +379,16 @@ class Trainer:
                           reward_scale=alg.reward_scale)
             return b
 
-        return collect_informative(draw, self.config.rollout.tasks_per_step,
-                                   max_rounds=self.config.rollout.max_filter_rounds)
+        acc = self.accelerator
+        gather = None
+        if acc.num_processes > 1:  # decide rounds and kept groups on the global counts (see collect_informative)
+            def gather(local: list[int]) -> list[list[int]]:
+                t = torch.tensor([local], dtype=torch.long, device=acc.device)
+                return acc.gather(t).cpu().tolist()
+
+        return collect_informative(draw, self.config.rollout.tasks_per_step * acc.num_processes,
+                                   max_rounds=self.config.rollout.max_filter_rounds, gather=gather,
+                                   rank=acc.process_index)
 
     def _permutation_rng(self) -> np.random.Generator:
         """The generator that shuffles samples into mini-batches. One process: the trainer's RNG (as

@@ -101,3 +101,98 @@ def test_trainer_step_with_dynamic_sampling(tmp_path):
     assert 1 <= row["rollout/filter_rounds"] <= 2
     assert 0.0 <= row["rollout/filtered_frac"] <= 1.0
     assert math.isfinite(row["loss/loss"])
+
+
+def test_round_quotas_known_answers():
+    """Processes are served in rank order, each from its first informative groups, until the global
+    target is met: the first ``target`` informative groups in (round, rank, group) order."""
+    from stratagym.training.rollout.dynamic import round_quotas
+
+    assert round_quotas([3], 0, 2) == [2]  # one process: min(count, target - kept), the single-process rule
+    assert round_quotas([1, 3], 1, 4) == [1, 2]  # the cut falls inside rank 1's groups
+    assert round_quotas([2, 2], 3, 4) == [1, 0]  # rank 0 fills the target; rank 1 keeps nothing this round
+    assert round_quotas([0, 2, 5], 0, 4) == [0, 2, 2]  # a rank with no informative group takes nothing
+    assert round_quotas([2, 2], 4, 4) == [0, 0]
+    assert round_quotas([], 0, 4) == []
+
+
+def _informative(flags: list[int], base: int) -> RolloutBatch:
+    """One draw of len(flags) groups of two (group g is task t{base + g}): informative where flags[g]."""
+    return RolloutBatch([Trajectory(traj=2 * g + j, group=g, task_id=f"t{base + g}", seed=0,
+                                    steps=[StepRecord(step=0, payload=None, action="a", text="a", format_ok=True,
+                                                      num_tokens=3, reward=float(j * f), action_valid=True,
+                                                      state_hash=0, context=[0, -1], search_count=0, info={})])
+                         for g, f in enumerate(flags) for j in range(2)])
+
+
+@pytest.mark.parametrize("table, target, max_rounds", [
+    ([[0, 0, 0, 1], [0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1]], 4, 5),  # process 0 keeps nothing
+    ([[1, 0, 1, 1], [1, 1, 1, 1]], 4, 5),  # process 0 completes the target; process 1's round-2 groups are cut
+    ([[0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 0]], 4, 3),  # round cap: one group found
+    ([[0, 0, 0, 0], [0, 0, 0, 0]], 4, 2),  # nothing informative: each process returns its last draw
+])
+def test_processes_keep_what_one_process_keeps(table, target, max_rounds):
+    """Two 'processes' (threads whose gather is a barrier) each draw their half of every round's global
+    list; they run the same number of rounds, report the same global metrics, and together keep exactly
+    the groups one process drawing the whole list keeps (in rank order)."""
+    import threading
+
+    procs, half = 2, len(table[0]) // 2
+    box: list = [None] * procs
+    barrier = threading.Barrier(procs)
+
+    def gather(local: list[int], rank: int) -> list[list[int]]:
+        box[rank] = local
+        barrier.wait()
+        out = [list(x) for x in box]
+        barrier.wait()
+        return out
+
+    results: list = [None] * procs
+    draws = [0] * procs
+
+    def run(rank: int) -> None:
+        rows = iter(table)
+
+        def draw() -> RolloutBatch:
+            k = draws[rank]
+            draws[rank] += 1
+            return _informative(next(rows)[rank * half:(rank + 1) * half], 100 * k + rank * half)
+
+        results[rank] = collect_informative(draw, target, max_rounds=max_rounds, rank=rank,
+                                            gather=lambda local: gather(local, rank))
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(procs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    k = {"n": 0}
+
+    def draw_all() -> RolloutBatch:
+        i = k["n"]
+        k["n"] += 1
+        return _informative(table[i], 100 * i)
+
+    one = collect_informative(draw_all, target, max_rounds=max_rounds)
+    assert draws[0] == draws[1] == k["n"]
+    m = [r.metrics() for r in results]
+    for key in ("rollout/filter_rounds", "rollout/informative_groups", "rollout/filtered_frac"):
+        assert m[0][key] == m[1][key] == one.metrics()[key], key
+    # task t{100 * round + index in the global list}: in id order, (round, rank, group) order
+    tasks = sorted((t.task_id for r in results for t in r.trajectories), key=lambda x: int(x[1:]))
+    assert tasks == [t.task_id for t in one.trajectories]
+    for r in results:  # each process's kept groups are numbered 0.. locally, as an ordinary batch
+        assert [t.group for t in r.trajectories] == [i // 2 for i in range(len(r.trajectories))]
+
+
+def test_renumbering_does_not_merge_groups():
+    """Round 1 keeps one group (new id 0), round 2 keeps its groups 0 and 1: group 0 becomes 1, and group 1
+    (old id 1) must still be kept once, as group 2 (renumbering in place once merged the two and kept
+    group 0's trajectories twice)."""
+    draws = iter([_informative([1, 0], 0), _informative([1, 1], 10)])
+    out = collect_informative(lambda: next(draws), 3, max_rounds=2)
+    assert [(t.task_id, t.group) for t in out.trajectories] == [
+        ("t0", 0), ("t0", 0), ("t10", 1), ("t10", 1), ("t11", 2), ("t11", 2)]
+    assert [t.traj for t in out.trajectories] == list(range(6))
