@@ -468,16 +468,24 @@ def _weights(lengths: Optional[Tensor], n: int, x: Tensor) -> Tensor:
     return w
 
 
-def whiten(x: Tensor, lengths: Optional[Tensor] = None, *, eps: float = 1e-8) -> Tensor:
+def whiten(x: Tensor, lengths: Optional[Tensor] = None, *, eps: float = 1e-8,
+           gather: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
     """verl ``masked_whiten`` of a per-row value broadcast over each row's tokens.
 
     ``(x - mean) / sqrt(var + eps)`` over the whole batch, where each row counts ``lengths[i]``
     times (its tokens; 1 each when ``lengths`` is None) and ``var`` is Bessel-corrected over the
     total count ``W``: ``sum w (x - mean)^2 / (W - 1)``.  verl raises when ``W`` is 0 or 1; here
     the result is then 0 (no spread to measure).  A batch whose rows all share one value gives 0.
-    """
+
+    ``gather`` (data-parallel training, see :attr:`AdvantageBatch.gather`): the batch is split over
+    processes and ``x`` holds this process's rows; ``gather(t)`` stacks every process's 1-D float64
+    ``t`` into a ``(processes, len(t))`` tensor (a collective: every process calls it, one with no
+    row too).  Mean, variance and the all-equal test are then the GLOBAL batch's, as in verl, which
+    whitens on the driver over the whole batch; each process gets its own rows whitened."""
     r = check_rewards(x, "values")
     n = r.shape[0]
+    if gather is not None:
+        return _whiten_gathered(r, lengths, eps, gather)
     if n == 0:
         return r.clone()
     v = as_compute(r)
@@ -491,18 +499,41 @@ def whiten(x: Tensor, lengths: Optional[Tensor] = None, *, eps: float = 1e-8) ->
     return (dev * torch.rsqrt(var + eps)).to(r.dtype)
 
 
-def reinforce_pp(rewards: Tensor, *, lengths: Optional[Tensor] = None, eps: float = 1e-8) -> Tensor:
+def _whiten_gathered(r: Tensor, lengths: Optional[Tensor], eps: float,
+                     gather: Callable[[Tensor], Tensor]) -> Tensor:
+    """:func:`whiten` over the rows of every process: two gathers, (count, sum, max, min) then the
+    squared deviations from the global mean; every process takes the same branches (they read the
+    same gathered numbers), so all join the same collectives or skip the second alike."""
+    n = r.shape[0]
+    v = as_compute(r)
+    w = _weights(lengths, n, v)
+    inf = float("inf")
+    local = torch.tensor([float(w.sum()), float((w * v).sum()), float(v.max()) if n else -inf,
+                          float(v.min()) if n else inf], dtype=torch.float64)
+    every = gather(local).to(torch.float64).reshape(-1, 4)
+    tot = float(every[:, 0].sum())
+    if tot <= 1.0 or float(every[:, 2].max()) == float(every[:, 3].min()):
+        return torch.zeros_like(v).to(r.dtype)
+    dev = v - float(every[:, 1].sum()) / tot
+    sq = gather(torch.tensor([float((w * dev * dev).sum())], dtype=torch.float64)).to(torch.float64)
+    var = float(sq.sum()) / (tot - 1.0)
+    return (dev * (var + eps) ** -0.5).to(r.dtype)
+
+
+def reinforce_pp(rewards: Tensor, *, lengths: Optional[Tensor] = None, eps: float = 1e-8,
+                 gather: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
     """REINFORCE++ (arXiv 2501.03262; verl
     ``compute_reinforce_plus_plus_outcome_advantage``): the reward whitened over the whole batch,
     with no group baseline.  verl discounts token rewards with ``gamma`` before whitening; with an
     outcome reward and verl's default ``gamma=1`` every token's return is the reward, which is
-    this (``lengths`` gives verl's token weighting).  ``gamma < 1`` over tokens is not offered."""
-    return whiten(rewards, lengths, eps=eps)
+    this (``lengths`` gives verl's token weighting).  ``gamma < 1`` over tokens is not offered.
+    ``gather``: the whitening over every data-parallel process's rows (see :func:`whiten`)."""
+    return whiten(rewards, lengths, eps=eps, gather=gather)
 
 
 def reinforce_pp_baseline(
     rewards: Tensor, group: Tensor, *, lengths: Optional[Tensor] = None, eps: float = 1e-8,
-    singleton: str = "zero",
+    singleton: str = "zero", gather: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Tensor:
     """REINFORCE++-baseline (arXiv 2501.03262; verl
     ``compute_reinforce_plus_plus_baseline_outcome_advantage``): ``r - mean_g``, then whitened over
@@ -517,7 +548,7 @@ def reinforce_pp_baseline(
     cnt, _, dev, _ = segment_stats(x, gi, ng, ddof=0)
     if singleton == "verl":
         dev = torch.where((cnt == 1)[gi], x, dev)
-    return whiten(dev, lengths, eps=eps).to(r.dtype)
+    return whiten(dev, lengths, eps=eps, gather=gather).to(r.dtype)
 
 
 def remax(rewards: Tensor, baseline: Tensor) -> Tensor:
@@ -606,18 +637,18 @@ def grpo_passk(rewards: Tensor, group: Tensor, *, norm: bool = True, eps: float 
     return adv.to(r.dtype)
 
 
-@register_estimator("reinforce_plus_plus")
+@register_estimator("reinforce_plus_plus", batch_wide=True)
 def _reinforce_pp_entry(batch: AdvantageBatch, *, eps: float = 1e-8) -> Tensor:
     """REINFORCE++: batch-whitened reward (token-weighted when the batch carries ``lengths``)."""
-    return reinforce_pp(batch.rewards, lengths=batch.lengths, eps=eps)
+    return reinforce_pp(batch.rewards, lengths=batch.lengths, eps=eps, gather=batch.gather)
 
 
-@register_estimator("reinforce_plus_plus_baseline")
+@register_estimator("reinforce_plus_plus_baseline", batch_wide=True)
 def _reinforce_pp_baseline_entry(batch: AdvantageBatch, *, eps: float = 1e-8,
                                  singleton: str = "zero") -> Tensor:
     """REINFORCE++-baseline: group mean removed, then batch-whitened."""
     return reinforce_pp_baseline(batch.rewards, batch.group, lengths=batch.lengths, eps=eps,
-                                 singleton=singleton)
+                                 singleton=singleton, gather=batch.gather)
 
 
 @register_estimator("remax", fields=("rewards", "baseline"))
@@ -713,11 +744,12 @@ def gae_tokens(
     return adv.to(token_rewards.dtype), (adv + vv).to(token_rewards.dtype)
 
 
-@register_estimator("gae", level="step", fields=("rewards", "group", "values", "traj", "step"))
+@register_estimator("gae", level="step", fields=("rewards", "group", "values", "traj", "step"),
+                    batch_wide=True)
 def _gae_entry(batch: AdvantageBatch, *, gamma: float = 1.0, lam: float = 1.0, whiten_adv: bool = True) -> Tensor:
     """PPO's GAE on step rows, whitened over the batch as verl (the critic's targets: :func:`gae`'s returns)."""
     adv, _ = gae(batch.rewards, batch.values, batch.traj, batch.step, gamma=gamma, lam=lam)
-    return whiten(adv) if whiten_adv else adv
+    return whiten(adv, gather=batch.gather) if whiten_adv else adv
 
 
 # --------------------------------------------------------------------------- dynamic sampling (DAPO)

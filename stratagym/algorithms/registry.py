@@ -127,6 +127,10 @@ class AdvantageBatch:
     baseline:        per-row baseline reward (ReMax: the reward of the greedy rollout of the
                      row's task)
     values:          per-row critic value of the state the step was taken in (PPO's GAE)
+    gather:          data-parallel hook, not data: ``None`` when this batch is the whole batch; in an
+                     N-process run (each holding its own rows) ``gather(t)`` stacks every process's
+                     1-D float64 ``t`` into ``(N, len(t))``, so batch-wide statistics (the whitening of
+                     ``gae`` and REINFORCE++) are the global batch's (estimators with ``batch_wide``)
     """
 
     rewards: Tensor
@@ -141,6 +145,7 @@ class AdvantageBatch:
     lengths: Optional[Tensor] = None
     baseline: Optional[Tensor] = None
     values: Optional[Tensor] = None
+    gather: Optional[Callable[[Tensor], Tensor]] = None
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
@@ -178,6 +183,7 @@ class Estimator(abc.ABC):
     fields: tuple = ("rewards", "group")
     defaults: dict = {}
     derived: tuple = ()
+    batch_wide: bool = False  # reads statistics of the whole batch through ``batch.gather`` (a collective)
 
     def __init__(self, **config: Any) -> None:
         self._check_options(config)
@@ -229,8 +235,10 @@ class FunctionEstimator(Estimator):
     :func:`register_estimator`); ``defaults`` are the function's keyword options."""
 
     def __init__(self, fn: Callable[..., Tensor], *, name: str, level: str, requires: frozenset,
-                 fields: tuple, derived: tuple, defaults: dict[str, Any], **config: Any) -> None:
+                 fields: tuple, derived: tuple, defaults: dict[str, Any], batch_wide: bool = False,
+                 **config: Any) -> None:
         self.fn = fn
+        self.batch_wide = batch_wide
         self.name, self.level, self.requires = name, level, requires
         self.fields, self.derived, self.defaults = fields, derived, defaults
         super().__init__(**config)
@@ -251,12 +259,15 @@ def register_estimator(
     fields: Iterable[str] = ("rewards", "group"),
     derived: Iterable[str] = (),
     overwrite: bool = False,
+    batch_wide: bool = False,
 ) -> Any:
     """Register an estimator under ``name`` (lower-case, no ``+``).
 
     As a decorator on a function ``fn(batch, *, option=default, ...) -> Tensor`` (verl's
     ``register_adv_est`` shape): the function's keyword options are the estimator's options, and
-    ``level`` / ``requires`` / ``fields`` / ``derived`` describe it (see the module docstring).  As a
+    ``level`` / ``requires`` / ``fields`` / ``derived`` describe it (see the module docstring);
+    ``batch_wide``: it reads statistics of the whole batch through ``batch.gather`` (a data-parallel
+    trainer then calls it on every process, one with no row too, so all join the collective).  As a
     call ``register_estimator(name, factory)``: ``factory(**config) -> Estimator``, usually an
     :class:`Estimator` subclass (for estimators with state).  Either way the decorated object is
     returned unchanged, so the function stays callable on its own.
@@ -279,7 +290,7 @@ def register_estimator(
             return obj
         defaults = _options_of(obj, 1)
         spec = dict(name=key, level=level, requires=frozenset(requires), fields=tuple(fields),
-                    derived=tuple(derived), defaults=defaults)
+                    derived=tuple(derived), defaults=defaults, batch_wide=bool(batch_wide))
 
         def make(**config: Any) -> Estimator:
             return FunctionEstimator(obj, **spec, **config)
@@ -325,6 +336,7 @@ class EstimatorModifier(Estimator):
         self.requires = inner.requires
         self.fields = inner.fields
         self.derived = inner.derived
+        self.batch_wide = inner.batch_wide
         self.defaults = inner.defaults  # per-call options are the inner estimator's
         super().__init__(**inner.config)
 

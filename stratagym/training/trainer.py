@@ -418,6 +418,12 @@ class Trainer:
         zero = torch.zeros(1)
         return ([box[0]], zero, None, [zero] if self.reference is not None else None, zero, zero)
 
+    def _gather_stats(self, t: torch.Tensor) -> torch.Tensor:
+        """Every process's 1-D statistics ``t``, stacked ``(processes, len(t))`` (``AdvantageBatch.gather``:
+        the whitening of ``gae`` and REINFORCE++ over the global batch). A collective."""
+        local = t.reshape(1, -1).to(device=self.accelerator.device, dtype=torch.float64)
+        return self.accelerator.gather(local).cpu()
+
     def _n_micro_global(self, n_local: int) -> int:
         if self.accelerator.num_processes == 1:
             return n_local
@@ -430,6 +436,8 @@ class Trainer:
         shape_rewards(batch, invalid_action_penalty=cfg.algorithm.invalid_action_penalty,
                       format_reward=cfg.algorithm.format_reward, reward_scale=cfg.algorithm.reward_scale)
         rows, sample_row, samples = to_advantage_batch(batch, self.estimator.level)
+        if self.accelerator.num_processes > 1:  # batch-wide statistics (whitening) over every process's rows
+            rows.gather = self._gather_stats
         metrics: dict[str, float] = {}
         old_values = returns = None
         if self.critic is not None:
@@ -536,7 +544,7 @@ class Trainer:
         mbs = self.config.optim.micro_batch_size
         self.critic.eval()
         parts: list[torch.Tensor] = []
-        with torch.no_grad(), self.accelerator.autocast():
+        with torch.no_grad(), self.accelerator.autocast(), _bare_model(self.critic):  # see _bare_model
             for i in range(0, len(payloads), mbs):
                 parts.append(self.critic.values(payloads[i : i + mbs]).float().cpu())
         values = torch.cat(parts) if parts else torch.zeros(0)
@@ -560,9 +568,11 @@ class Trainer:
         return loss, stats  # logged as loss/vf_loss, loss/vf_clipfrac, loss/vpred_mean
 
     def _score_detached(self, policy: Any, payloads: list[Any]) -> list[torch.Tensor]:
+        """Per-sample log-probs without gradients (old or reference log-probs), through the bare module
+        (see :func:`_bare_model`: processes score different numbers of samples, some none)."""
         out: list[torch.Tensor] = []
         mbs = self.config.optim.micro_batch_size
-        with torch.no_grad(), self.accelerator.autocast():
+        with torch.no_grad(), self.accelerator.autocast(), _bare_model(policy):
             for i in range(0, len(payloads), mbs):
                 res = policy.sequence_log_probs(payloads[i : i + mbs])
                 for row, m in zip(res.logprobs, res.mask):
@@ -678,6 +688,26 @@ class Trainer:
         self.log.close()
 
 
+@contextlib.contextmanager
+def _bare_model(owner: Any):
+    """Let ``owner`` (a policy or critic) run on its unwrapped ``model`` for a no-grad pass. A DDP
+    forward may broadcast the module's buffers (an LLM body has some, e.g. rotary frequencies): a
+    collective, which a process scoring no sample never joins, so the others wait forever. A pass
+    without gradients needs none of DDP's hooks. No change where the model is not wrapped (one process)."""
+    from stratagym.agents.policy import unwrap_model
+
+    wrapped = getattr(owner, "model", None)
+    bare = unwrap_model(wrapped) if wrapped is not None else None
+    if bare is None or bare is wrapped:
+        yield
+        return
+    owner.model = bare
+    try:
+        yield
+    finally:
+        owner.model = wrapped
+
+
 def _critic_metrics(values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
     """The rollout's mean value and target, and the explained variance ``1 - Var(R - V) / Var(R)`` (1: the
     critic predicts the targets; 0: no better than their mean; 0 when the targets do not vary)."""
@@ -714,7 +744,10 @@ def share_batch_statistics(estimator: Any, accelerator: Any) -> None:
 def estimate_advantages(estimator: Any, rows: Any) -> torch.Tensor:
     """``estimator(rows)``; a process with no rows (all its episodes failed) still joins HA-DW's
     collective (see :func:`share_batch_statistics`), or the other processes would wait in it forever,
-    and still moves its anchor with theirs."""
+    and still moves its anchor with theirs. Likewise it runs a ``batch_wide`` estimator (the whitening
+    of ``gae``, REINFORCE++) on its empty rows when ``rows.gather`` is set, to join that collective."""
+    if len(rows) == 0 and getattr(rows, "gather", None) is not None and getattr(estimator, "batch_wide", False):
+        return estimator(rows)
     if len(rows) == 0:
         hadw = getattr(estimator, "hadw", None)
         if hadw is not None and hadw.reduce_mean is not None:

@@ -173,3 +173,87 @@ def test_vectorised_matches_reference(case):
     for keep in (True, False):
         assert informative_groups(rt, gt, keep_singletons=keep).tolist() == \
             ref.informative_groups_ref(r, g, keep_singletons=keep)
+
+
+# ------------------------------------------------------------------ whitening over data-parallel processes
+
+
+def _in_threads(parts, fn):
+    """Run ``fn(part, gather)`` for every part in its own thread, as N data-parallel processes would:
+    ``gather`` is a barrier that stacks every thread's 1-D tensor, in part order."""
+    import threading
+
+    n = len(parts)
+    box, out = [None] * n, [None] * n
+    barrier = threading.Barrier(n)
+
+    def run(i):
+        def gather(t):
+            box[i] = t.clone()
+            barrier.wait()
+            stacked = torch.stack(box)
+            barrier.wait()
+            return stacked
+
+        out[i] = fn(parts[i], gather)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    return out
+
+
+@pytest.mark.parametrize("cuts", [(3, 7), (0, 7), (7, 10), (2, 2, 9)])
+def test_whiten_with_gather_is_the_global_whitening(cuts):
+    """Rows split over 'processes' (some with none): with ``gather`` each process's rows are whitened with
+    the global mean and variance, token-weighted or not; constant or one-row global batches give 0."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, generator=g, dtype=F64)
+    lengths = torch.randint(0, 5, (10,), generator=g).to(F64)
+    bounds = [0, *cuts, 10]
+    for w in (None, lengths):
+        parts = [(x[a:b], None if w is None else w[a:b]) for a, b in zip(bounds, bounds[1:])]
+        got = _in_threads(parts, lambda p, gather: whiten(p[0], p[1], gather=gather))
+        close(torch.cat(got), whiten(x, w), tol=1e-12)
+    for values in (torch.full((10,), 0.5, dtype=F64), torch.tensor([2.0] + [0.0] * 9, dtype=F64)[:1]):
+        parts = [values[:1], values[1:]]
+        got = _in_threads(parts, lambda p, gather: whiten(p, gather=gather))
+        assert float(torch.cat(got).abs().sum()) == 0.0
+
+
+def test_batch_wide_estimators_with_gather_equal_the_whole_batch():
+    """``gae``, REINFORCE++ and REINFORCE++-baseline read ``batch.gather``: with whole groups (and whole
+    trajectories) per process they give the whole batch's advantages; a process with no row joins the
+    collective through the trainer's ``estimate_advantages``. Estimators without batch statistics are
+    not ``batch_wide``."""
+    from stratagym.training.trainer import estimate_advantages
+
+    g = torch.Generator().manual_seed(1)
+    n = 12
+    rewards = torch.randn(n, generator=g)
+    group = torch.arange(n) // 4
+    traj = torch.arange(n) // 2
+    step = torch.arange(n) % 2
+    values = torch.randn(n, generator=g)
+    lengths = torch.randint(1, 6, (n,), generator=g).float()
+
+    def batch(sl):
+        return AdvantageBatch(rewards=rewards[sl], group=group[sl], traj=traj[sl], step=step[sl],
+                              values=values[sl], lengths=lengths[sl])
+
+    for name in ("gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline"):
+        est = get_estimator(name)
+        assert est.batch_wide
+        whole = est(batch(slice(0, n)))
+        parts = [slice(0, 4), slice(4, 4), slice(4, n)]  # the middle process has no row
+
+        def run(sl, gather):
+            b = batch(sl)
+            b.gather = gather
+            return estimate_advantages(est, b)
+
+        close(torch.cat(_in_threads(parts, run)).double(), whole.double(), tol=1e-5)
+    assert not get_estimator("grpo").batch_wide and not get_estimator("rloo").batch_wide

@@ -106,3 +106,50 @@ def test_cli_train_checkpoint_and_resume_in_two_processes(tmp_path):
     assert [row["step"] for row in rows] == [1, 2]
     state = json.loads((ckpts / "step-00000002" / "trainer_state.json").read_text())
     assert state["step"] == 2 and state["estimator"]["hadw"]["steps"] == 2
+
+
+CRITIC = Path(__file__).with_name("_dist_critic.py")
+
+
+@pytest.mark.slow
+def test_two_process_ppo_critic_step_equals_one_process(tmp_path):
+    """PPO with a critic (``gae``, the scorer's critic) on SearchStrata, uneven shards: after one step of
+    2 processes, the critic's gradient, weights and values on the global batch, and the policy's gradient,
+    equal those of one process updating on the concatenated batch. GAE's advantages are whitened over the
+    batch: a control step whitening each process over its own rows gives another policy gradient."""
+    r = accelerate_launch([str(CRITIC), "record", str(tmp_path)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    r1 = subprocess.run([sys.executable, str(CRITIC), "replay", str(tmp_path)], capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    rec, rep = json.loads((tmp_path / "record.json").read_text()), json.loads((tmp_path / "replay.json").read_text())
+    assert rec["world"] == 2 and rep["world"] == 1
+    ranks = rec["ranks"]
+    assert ranks[0]["samples"] != ranks[1]["samples"], "equal shards: the uneven path was not exercised"
+    assert len({x["policy"] for x in ranks}) == 1 and len({x["critic"] for x in ranks}) == 1
+    a = torch.load(tmp_path / "record.pt", weights_only=False)
+    b = torch.load(tmp_path / "replay.pt", weights_only=False)
+    cscale = max(float(g.abs().max()) for g in b["critic_grads"] if g is not None)
+    assert cscale > 0 and _max_diff(a["critic_grads"], b["critic_grads"]) <= 1e-5 * cscale
+    assert max(float((a["critic"][k] - b["critic"][k]).abs().max()) for k in b["critic"]) <= 1e-6
+    moved = float((b["values_after"] - b["values_before"]).abs().max())
+    assert moved > 1e-2 and float((a["values_after"] - b["values_after"]).abs().max()) <= 1e-5 * moved
+    scale = max(float(g.abs().max()) for g in b["grads"] if g is not None)
+    assert scale > 0 and _max_diff(a["grads"], b["grads"]) <= 1e-5 * scale
+    assert max(float((a["weights"][k] - b["weights"][k]).abs().max()) for k in b["weights"]) <= 1e-6
+    assert _max_diff(a["control_grads"], b["grads"]) > 1e-3 * scale
+
+
+@pytest.mark.slow
+def test_two_process_ppo_step_with_an_llm_critic_and_a_process_without_samples(tmp_path):
+    """The tiny LLM policy and its LLMCritic (transformer bodies: buffers, which a DDP forward broadcasts),
+    two mini-batches (old log-probs scored before the update), process 1 with no sample at all: the
+    no-grad scoring passes run on the bare modules, so the step completes (it hung when they went
+    through DDP) and both processes hold the same updated critic."""
+    r = accelerate_launch([str(CRITIC), "llm", str(tmp_path)], timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads((tmp_path / "llm.json").read_text())
+    assert out["world"] == 2
+    (b0, a0, n0), (b1, a1, n1) = out["ranks"]
+    assert n0 > 0 and n1 == 0
+    assert b0 == b1 and a0 == a1 and a0 != b0
