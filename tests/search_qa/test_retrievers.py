@@ -158,3 +158,48 @@ def test_top_k_positive_matches_a_full_sort(k):
         scores[hit] = np.round(rng.random(hit.sum()) * 4, 0) + 0.5 * (rng.random(hit.sum()) < 0.5)  # many ties
         expected = sorted(((i, float(s)) for i, s in enumerate(scores) if s > 0), key=lambda t: (-t[1], t[0]))[:k]
         assert top_k_positive(scores, k) == expected
+
+
+def test_corpus_hash_is_stamped_per_machine_and_redone_when_the_file_changes(tmp_path, small_corpus_path, monkeypatch):
+    """A second process loading the index does not re-read the corpus while its size, mtime and inode are
+    unchanged (the stamp); an edit that changes them is hashed again and refused; ``verify_corpus="full"``
+    rehashes even when the metadata was kept, which the stamp alone cannot see."""
+    import os
+
+    from stratagym.envs.search_qa import data
+
+    monkeypatch.setenv("STRATAGYM_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(small_corpus_path.read_bytes())
+    out = build_index(corpus, tmp_path / "idx", "bm25s")
+    load_index(out)  # hashes and writes the stamp
+    assert len(list((tmp_path / "cache" / "corpus-stamps").glob("*.json"))) == 1
+
+    def no_reading(*args):  # a fresh process: nothing cached in memory, and the file must not be read
+        raise AssertionError("the corpus was hashed again")
+
+    data._file_fingerprint_cached.cache_clear()
+    monkeypatch.setattr(data, "_file_fingerprint_cached", no_reading)
+    assert load_index(out).search("x", 1) is not None  # served from the stamp
+    with pytest.raises(AssertionError, match="hashed again"):
+        load_index(out, verify_corpus="full")
+    monkeypatch.undo()
+    monkeypatch.setenv("STRATAGYM_CACHE", str(tmp_path / "cache"))
+
+    # same size, same mtime, other bytes: invisible to the stamp, caught by a full check
+    st = corpus.stat()
+    raw = corpus.read_bytes()
+    i = raw.index(b"contents") + 12
+    corpus.write_bytes(raw[:i] + (b"Q" if raw[i:i + 1] != b"Q" else b"R") + raw[i + 1:])
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if corpus.stat().st_ino == st.st_ino:  # rewritten in place: the stamp still matches
+        load_index(out)
+    with pytest.raises(ConfigError, match="corpus mismatch"):
+        load_index(out, verify_corpus="full")
+    # an append changes the size: hashed again, refused
+    with corpus.open("a") as fh:
+        fh.write(json.dumps({"id": "new", "contents": '"New"\nnew passage'}) + "\n")
+    with pytest.raises(ConfigError, match="corpus mismatch"):
+        load_index(out)
+    with pytest.raises(ConfigError, match="verify must be"):
+        load_index(out, verify_corpus="quick")

@@ -27,8 +27,9 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from stratagym.atomic import atomic_write_lines
+from stratagym.atomic import atomic_write_lines, write_json_atomic
 from stratagym.errors import ConfigError
+from stratagym.paths import cache_dir
 from stratagym.envs.search_qa.protocol import question_from_prompt
 
 __all__ = [
@@ -441,6 +442,38 @@ def file_fingerprint(path: str | os.PathLike) -> str:
     p = Path(path)
     st = p.stat()
     return _file_fingerprint_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+def stamped_fingerprint(path: str | os.PathLike, *, verify: str = "stat") -> str:
+    """:func:`file_fingerprint`, remembered across processes by the file's identity.
+
+    Hashing a wiki-scale corpus (13 GB for Search-R1's ``wiki-18.jsonl``) takes minutes, and every
+    process that loads an index (each env worker, each rank) used to pay it. With ``verify="stat"`` the
+    hash is kept in a small stamp file in the cache folder (``cache_dir("corpus-stamps")``, per machine)
+    next to the file's resolved path, size, modification time (ns) and inode; while all four are
+    unchanged, the stamp's hash is returned without reading the file. This is the trust ``make`` and git's
+    index place in file metadata: a rewrite that keeps size and modification time (for example a copy
+    with ``cp -p`` over the old file, or a clock set back) goes unnoticed; ``verify="full"`` always reads
+    the whole file (and refreshes the stamp). A stamp that cannot be read or written is ignored."""
+    if verify not in ("stat", "full"):
+        raise ConfigError(f"verify must be 'stat' or 'full', not {verify!r}")
+    p = Path(path).resolve()
+    st = p.stat()
+    ident = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    stamp = cache_dir("corpus-stamps", hashlib.sha1(str(p).encode()).hexdigest()[:24] + ".json")
+    if verify == "stat":
+        try:
+            saved = json.loads(stamp.read_text())
+            if {k: saved.get(k) for k in ident} == ident and str(saved.get("fingerprint", "")).startswith("sha256:"):
+                return str(saved["fingerprint"])
+        except (OSError, ValueError, AttributeError):
+            pass
+    fp = file_fingerprint(p)
+    try:
+        write_json_atomic(stamp, {**ident, "fingerprint": fp})
+    except OSError:
+        pass  # a read-only cache folder: hash again next time
+    return fp
 
 
 @lru_cache(maxsize=32)

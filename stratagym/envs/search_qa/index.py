@@ -34,7 +34,7 @@ import numpy as np
 
 from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
-from stratagym.envs.search_qa.data import BUNDLED_CORPUS, Corpus, file_fingerprint, load_corpus
+from stratagym.envs.search_qa.data import BUNDLED_CORPUS, Corpus, file_fingerprint, load_corpus, stamped_fingerprint
 from stratagym.envs.search_qa.retrievers.base import Retriever
 
 __all__ = ["BACKENDS", "MANIFEST_NAME", "build_index", "load_index", "read_manifest", "make_retriever", "cache_dir"]
@@ -211,11 +211,15 @@ def read_manifest(index_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_index(index_dir: str | os.PathLike, *, corpus: str | os.PathLike | None = None, backend: str | None = None,
-               model: str | None = None, device: str | None = None, batch_size: int = 64) -> Retriever:
+               model: str | None = None, device: str | None = None, batch_size: int = 64,
+               verify_corpus: str = "stat") -> Retriever:
     """Load a saved index; every argument given must agree with its manifest.
 
     ``corpus`` defaults to the file the manifest names; whichever file is used must have the
     fingerprint the index was built from. ``model`` (dense only) defaults to the manifest's.
+    ``verify_corpus``: ``"stat"`` (default) hashes the corpus once per machine and trusts the hash while
+    the file's size, modification time and inode are unchanged (:func:`~stratagym.envs.search_qa.data.
+    stamped_fingerprint`); ``"full"`` reads the whole file on every load.
     """
     index_dir = Path(index_dir).expanduser()
     m = read_manifest(index_dir)
@@ -226,7 +230,7 @@ def load_index(index_dir: str | os.PathLike, *, corpus: str | os.PathLike | None
     cpath = _corpus_path(corpus) if corpus is not None else Path(m["corpus"]["path"])
     if not cpath.exists():
         raise ConfigError(f"index {index_dir} needs its corpus {cpath}, which does not exist; pass corpus=PATH to the moved file")
-    fp = file_fingerprint(cpath)
+    fp = stamped_fingerprint(cpath, verify=verify_corpus)
     if fp != m["corpus"]["fingerprint"]:
         raise ConfigError(f"corpus mismatch: index {index_dir} was built from a corpus with fingerprint "
                           f"{m['corpus']['fingerprint'][:19]}... ({m['corpus']['num_docs']} passages, {m['corpus']['path']}), "
