@@ -183,24 +183,31 @@ class ContextTracker:
             raise ConfigError(f"context length K must be >= 0, got {k}")
         self.k = int(k)
         self._levels: list[int] = []
+        self._level_bytes: list[bytes] = []  # the levels as 8 little-endian bytes, what the next combine feeds
 
     def reset(self, observation: str | None = None) -> None:
-        self._levels = []
+        self._levels, self._level_bytes = [], []
         if observation is not None:
             self.push(observation)
 
     def push(self, observation: str) -> int:
-        h = stable_hash(observation)
-        prev = self._levels[: self.k]
+        return self.push_hash(stable_hash(observation))
+
+    def push_hash(self, h: int) -> int:
+        """Push an observation by its :func:`stable_hash` (for envs that know it without rehashing)."""
+        prev = self._level_bytes[: self.k]
+        tail = h.to_bytes(8, "little")
         if prev:  # _combine2(p, h) for each level, inlined (this runs on every env step)
-            tail, mask, levels = h.to_bytes(8, "little"), HASH_MASK, [h]
+            mask, levels, level_bytes = HASH_MASK, [h], [tail]
             for p in prev:
                 d = _CTX_HASHER.copy()  # blake2b already fed b"ctx:": a copy is cheaper than a new hasher
-                d.update(p.to_bytes(8, "little") + tail)
-                levels.append(int.from_bytes(d.digest(), "little") & mask)
-            self._levels = levels
+                d.update(p + tail)
+                v = int.from_bytes(d.digest(), "little") & mask
+                levels.append(v)
+                level_bytes.append(v.to_bytes(8, "little"))
+            self._levels, self._level_bytes = levels, level_bytes
         else:
-            self._levels = [h]
+            self._levels, self._level_bytes = [h], [tail]
         return h
 
     @property
@@ -254,6 +261,8 @@ def sanitize_action(action: Any, max_chars: int) -> tuple[str, str | None]:
     invalid (not a string, too long). Lone surrogates and invalid bytes become U+FFFD, control
     characters other than newline/tab are dropped, so env parsers only ever see valid text.
     """
+    if type(action) is str and action.isascii() and len(action) <= max_chars:  # the common case
+        return _CONTROL_CHARS.sub("", action), None
     if action is None:
         return "", "the action was empty"
     if isinstance(action, (bytes, bytearray)):
@@ -293,6 +302,9 @@ class StepResult:
     score: float = 0.0
     state_text: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: ``stable_hash`` of the state text, when the env already has it (precomputed pieces); must equal
+    #: ``stable_hash(state_text or observation)`` -- the base class then skips normalising and hashing.
+    state_hash: int | None = None
 
 
 class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
@@ -436,7 +448,10 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         truncated = bool(result.truncated) or (not result.terminated and self._step_index >= self.max_steps)
         self._done = self._done or bool(result.terminated) or truncated
         self._last_observation = result.observation
-        self._context.push(result.state_text if result.state_text is not None else result.observation)
+        if result.state_hash is not None:
+            self._context.push_hash(result.state_hash)
+        else:
+            self._context.push(result.state_text if result.state_text is not None else result.observation)
         info = self._info(action_valid=result.action_valid, won=result.won, score=result.score, extra=result.info)
         return result.observation, float(result.reward), bool(result.terminated), truncated, info
 
@@ -456,21 +471,24 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         if not _INFO_KEY_SET.isdisjoint(extra):
             clash = set(extra) & _INFO_KEY_SET
             raise RuntimeError(f"{type(self).__name__} tried to override standard info keys {sorted(clash)}")
+        tools, levels = self._tool_calls, self._context._levels  # read directly: this runs every step
         info: dict[str, Any] = {
             "task_id": self._task_id,
             "step": self._step_index,
             "action_valid": bool(action_valid),
-            "tool_calls": dict(self._tool_calls),
-            "search_count": int(self._tool_calls.get("search", 0)),
-            "state_hash": self._context.state_hash,
-            "context_hashes": self._context.context_hashes(),
+            "tool_calls": dict(tools),
+            "search_count": int(tools.get("search", 0)),
+            "state_hash": levels[0] if levels else NO_CONTEXT,
+            "context_hashes": levels[:],
             "won": bool(won),
             "score": float(score),
         }
-        admissible = self.admissible_actions()
-        if admissible is not None:
-            info["admissible_actions"] = list(admissible)
-        info.update(extra)
+        if type(self).admissible_actions is not TextEnv.admissible_actions:  # the base's always says None
+            admissible = self.admissible_actions()
+            if admissible is not None:
+                info["admissible_actions"] = list(admissible)
+        if extra:
+            info.update(extra)
         return info
 
 

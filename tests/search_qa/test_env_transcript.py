@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from stratagym.envs.core import stable_hash
 from stratagym.envs.search_qa.env import SearchQAEnv
+from stratagym.envs.search_qa.protocol import PassageText, format_passages, information_block
 from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
 
 GOLDEN = Path(__file__).parent / "data" / "env_transcript.json"
@@ -135,10 +136,14 @@ def test_state_hash_is_the_hash_of_the_observation(contents):
     env = _ENV.get("env") or _ENV.setdefault("env", SearchQAEnv(split="test", topk=4))
     env.retriever = Given()
     env.reset(options={"task_index": 0})
-    for _ in range(2):  # twice: the second time any per-passage cache is warm
+    for _ in range(3):  # the third time the passages come from the env's table of formatted passages
         obs, *_, info = env.step("<search> q </search>")
         assert info["state_hash"] == stable_hash(obs)
         assert info["context_hashes"][0] == info["state_hash"]
+    assert obs == information_block(format_passages(contents))
+    table = PassageText()
+    table.remember(contents)
+    assert table.block(contents) == (obs, stable_hash(obs))  # built from the pieces
 
 
 _ENV: dict[str, SearchQAEnv] = {}

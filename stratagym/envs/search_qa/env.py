@@ -23,17 +23,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stratagym.envs.core import ConfigError, StepResult, TextEnv
+from stratagym.envs.core import ConfigError, StepResult, TextEnv, stable_hash
 from stratagym.envs.search_qa.data import QAExample, load_qa
 from stratagym.envs.search_qa.index import make_retriever
 from stratagym.envs.search_qa.protocol import (
     INVALID_ACTION_MESSAGE,
     PROMPT_TEMPLATE,
     STOP_STRINGS,
-    format_passages,
+    PassageText,
     format_prompt,
     information_block,
-    parse_action,
+    parse_turn,
 )
 from stratagym.envs.search_qa.retrievers.base import Retriever
 from stratagym.metrics import exact_match, f1, substring_match
@@ -41,6 +41,9 @@ from stratagym.metrics import exact_match, f1, substring_match
 __all__ = ["SearchQAEnv"]
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
+#: One table of formatted passages per process: every env shares the retriever, so they meet the same passages.
+PASSAGE_TABLE = PassageText()
+_INVALID_HASH = stable_hash(INVALID_ACTION_MESSAGE)
 
 
 class SearchQAEnv(TextEnv):
@@ -145,13 +148,13 @@ class SearchQAEnv(TextEnv):
 
     # ---- steps ----------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
-        parsed = parse_action(action, max_query_chars=self.max_query_chars,
-                              accept_unclosed_tags=self.accept_unclosed_tags)
-        if parsed.kind == "answer":
-            return self._answer(parsed.text)
-        if parsed.kind == "search":
-            return self._search(parsed.text)
-        return self._invalid(parsed.problem)
+        kind, text, _ = parse_turn(action, max_query_chars=self.max_query_chars,
+                                   accept_unclosed_tags=self.accept_unclosed_tags)
+        if kind == "search":
+            return self._search(text)
+        if kind == "answer":
+            return self._answer(text)
+        return self._invalid(text)
 
     def invalid_action_result(self, problem: str) -> StepResult:
         return self._invalid(problem)
@@ -173,26 +176,29 @@ class SearchQAEnv(TextEnv):
         info: dict[str, Any] = {"invalid_reason": problem}
         if self._last_turn():
             info.update(self._final_scores(None))
-        return StepResult(observation=INVALID_ACTION_MESSAGE, action_valid=False, info=info)
+        return StepResult(observation=INVALID_ACTION_MESSAGE, action_valid=False, info=info, state_hash=_INVALID_HASH)
 
     def _search(self, query: str) -> StepResult:
         info: dict[str, Any] = {"query": query}
-        if self._last_turn():
+        if self._step_index + 1 >= self.max_steps:  # _last_turn()
             # Search-R1's final turn (do_search=False): the search counts, nothing is retrieved, and the
             # episode ends unanswered.
             info.update(self._final_scores(None))
-            observation = information_block("")
-            return StepResult(observation=observation, tool="search", state_text=observation, info=info)
+            observation, state_hash = PASSAGE_TABLE.block(())
+            return StepResult(observation=observation, tool="search", state_text=observation, info=info,
+                              state_hash=state_hash)
         try:
             hits = self.retriever.batch_search([query], self.topk)[0]
-            observation = information_block(format_passages([h.contents for h in hits]))
+            observation, state_hash = PASSAGE_TABLE.block([h.contents for h in hits])
         except Exception as exc:  # server down, backend crash: an observation, never a crashed rollout
             message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
             observation = information_block(f"Retrieval failed: {message}")
             info["retrieval_error"] = message
+            state_hash = None
         # The search was well-formed, so it is a valid action and counts as a search even if the
         # retriever failed: the agent's decision is what the stratum records.
-        return StepResult(observation=observation, tool="search", state_text=observation, info=info)
+        return StepResult(observation=observation, tool="search", state_text=observation, info=info,
+                          state_hash=state_hash)
 
     def _answer(self, answer: str) -> StepResult:
         scores = self._final_scores(answer)

@@ -13,12 +13,16 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from stratagym.envs.core import _digest, normalize_text, stable_hash
+
 __all__ = [
     "STOP_STRINGS",
     "PROMPT_TEMPLATE",
     "INVALID_ACTION_MESSAGE",
     "Action",
     "parse_action",
+    "parse_turn",
+    "PassageText",
     "cut_response",
     "close_unclosed_tag",
     "format_prompt",
@@ -107,21 +111,39 @@ def parse_action(text: str, *, max_query_chars: int | None = None, accept_unclos
     queries invalid; ``accept_unclosed_tags`` treats a turn ending inside an unclosed tag (and holding no
     closing tag) as closed, for generators that strip the stop string.
     """
+    kind, value, response = parse_turn(text, max_query_chars=max_query_chars, accept_unclosed_tags=accept_unclosed_tags)
+    if kind == "invalid":
+        return Action("invalid", problem=value, response=response)
+    return Action(kind, value, response=response)
+
+
+_NO_ACTION = "the turn has no complete <search>...</search> or <answer>...</answer>"
+
+
+def parse_turn(text: str, *, max_query_chars: int | None = None, accept_unclosed_tags: bool = False) -> tuple[str, str, str]:
+    """:func:`parse_action` as a plain ``(kind, text or problem, response)`` tuple, for the env's step.
+
+    Why a second entry point: building the frozen :class:`Action` costs about as much as parsing a
+    short turn. Same rules, same results (``parse_action`` is this plus the dataclass).
+    """
     if accept_unclosed_tags:
         text = close_unclosed_tag(text)
-    response = cut_response(text)
+    # cut_response, inlined: up to the first </search>, else the first </answer>, else all.
+    cut = text.find("</search>")
+    if cut >= 0:
+        response = text[: cut + 9]
+    else:
+        cut = text.find("</answer>")
+        response = text[: cut + 9] if cut >= 0 else text
     m = _ACTION.search(response)
     if m is None:
-        return Action("invalid", problem="the turn has no complete <search>...</search> or <answer>...</answer>",
-                      response=response)
+        return "invalid", _NO_ACTION, response
     if m.group(1) == "answer":
-        answers = _ANSWER.findall(response)
-        return Action("answer", answers[-1].strip(), response=response)
+        return "answer", _ANSWER.findall(response)[-1].strip(), response
     query = m.group(2).strip()
     if max_query_chars is not None and len(query) > max_query_chars:
-        return Action("invalid", problem=f"the search query is too long ({len(query)} > {max_query_chars} characters)",
-                      response=response)
-    return Action("search", query, response=response)
+        return "invalid", f"the search query is too long ({len(query)} > {max_query_chars} characters)", response
+    return "search", query, response
 
 
 def format_prompt(question: str, template: str = PROMPT_TEMPLATE) -> str:
@@ -141,6 +163,94 @@ def format_passages(contents: Sequence[str]) -> str:
     return "".join(out)
 
 
+class PassageText:
+    """Each passage's formatted text and its share of the observation's state hash, computed once.
+
+    Why: a search step formats its passages, then normalises and hashes the whole ``<information>``
+    block; passages recur (a group's rollouts, popular documents), so both are kept per passage
+    contents, from the second time a passage is met (the first time costs what the plain path costs:
+    a passage met once is only remembered as seen). Up to ``max_entries`` distinct passages; the
+    table starts over when full.
+
+    :meth:`block` returns exactly ``information_block(format_passages(contents))`` and
+    ``stable_hash`` of it, built from the pieces. That is exact because every piece boundary in the
+    block sits before an ASCII character that starts a new unit (``Doc``, ``(``, ``\\n``, ``<``):
+    whitespace-splitting never joins across it and NFC never composes across it, so normalising the
+    block equals joining the normalised pieces (``tests/search_qa/test_env_transcript.py`` checks it on
+    arbitrary text).
+    """
+
+    def __init__(self, max_entries: int = 1 << 16):
+        self.max_entries = int(max_entries)
+        # contents -> (line after "Doc i", the same without trailing whitespace, its normalised UTF-8)
+        self._pieces: dict[str, tuple[str, str, bytes]] = {}
+        self._seen: set[str] = set()  # met once, not formatted yet
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    def clear(self) -> None:
+        self._pieces.clear()
+        self._seen.clear()
+
+    def remember(self, contents: Sequence[str]) -> None:
+        """Format these passages now (e.g. a corpus's most retrieved ones, or a benchmark's warm-up)."""
+        for content in contents:
+            if content not in self._pieces:
+                self._add(content)
+
+    def _first_time(self, contents: Sequence[str]) -> tuple[str, int]:
+        """The plain path, for a result with a passage not in the table; passages met before join it."""
+        seen, pieces = self._seen, self._pieces
+        for content in contents:
+            if content in seen:
+                self._add(content)
+                seen.discard(content)
+            elif content not in pieces:
+                if len(seen) >= self.max_entries:
+                    seen.clear()
+                seen.add(content)
+        observation = information_block(format_passages(contents))
+        return observation, stable_hash(observation)
+
+    def _add(self, content: str) -> tuple[str, str, bytes]:
+        title, _, text = content.partition("\n")
+        shown = f"(Title: {title}) {text}\n"  # format_passages' line after "Doc i"
+        piece = (shown, shown.rstrip(), normalize_text(shown).encode("utf-8", "surrogatepass"))
+        if len(self._pieces) >= self.max_entries:
+            self._pieces.clear()
+        self._pieces[content] = piece
+        return piece
+
+    def block(self, contents: Sequence[str]) -> tuple[str, int]:
+        """The observation for these passages and its ``stable_hash``."""
+        n = len(contents)
+        if n == 0:
+            return _EMPTY_BLOCK
+        if n > len(_DOC):
+            observation = information_block(format_passages(contents))
+            return observation, stable_hash(observation)
+        get, shown, normal = self._pieces.get, [], []
+        for i, content in enumerate(contents):
+            piece = get(content)
+            if piece is None:
+                return self._first_time(contents)
+            shown += (_DOC[i], piece[0])
+            normal += (_DOC_BYTES[i], piece[2])
+        # information_block strips the body: it starts with "Doc", so only the last line's tail goes.
+        shown[-1] = piece[1]
+        shown.append("</information>\n\n")
+        normal.append(b"</information>")
+        data = b"".join(normal)
+        return "\n\n<information>" + "".join(shown), _digest(data)
+
+
+#: "Doc i" prefixes (the block's text) and their normalised bytes (the hashed text: "<information>"
+#: glued to the first, a space before the others).
+_DOC = tuple(f"Doc {i}" for i in range(1, 65))
+_DOC_BYTES = (b"<information>Doc 1",) + tuple(f" Doc {i}".encode() for i in range(2, 65))
+
+
 def information_block(body: str) -> str:
     """The observation after a search, exactly as Search-R1 appends it to the context."""
     return f"\n\n<information>{body.strip()}</information>\n\n"
@@ -150,3 +260,11 @@ def question_from_prompt(prompt: str) -> str:
     """Recover the raw question from a Search-R1 prompt (its parquet files store only the prompt)."""
     head, sep, tail = prompt.rpartition("Question:")
     return tail.strip() if sep else prompt.strip()
+
+
+def _empty_block() -> tuple[str, int]:
+    block = information_block("")
+    return block, stable_hash(block)
+
+
+_EMPTY_BLOCK = _empty_block()
