@@ -47,21 +47,6 @@ def recipe(out: str, tasks_per_step: int):
     })
 
 
-def critic_gradients(trainer) -> list:
-    from stratagym.agents.policy import unwrap_model
-
-    seen: list = []
-    params = list(unwrap_model(trainer.critic.model).parameters())
-    step = trainer.critic_optimizer.step
-
-    def wrapped(*a, **k):
-        seen.append([None if p.grad is None else p.grad.detach().clone() for p in params])
-        return step(*a, **k)
-
-    trainer.critic_optimizer.step = wrapped
-    return seen
-
-
 def values(trainer, trajectories) -> torch.Tensor:
     from stratagym.agents.policy import unwrap_model
 
@@ -83,7 +68,7 @@ def record(out: Path) -> None:
     trainer = Trainer(recipe(str(out / "run-record"), TASKS_PER_PROCESS))
     acc = trainer.accelerator
     rank, world = acc.process_index, acc.num_processes
-    grads, cgrads = capture_gradients(trainer), critic_gradients(trainer)
+    grads, cgrads = capture_gradients(trainer), capture_gradients(trainer, critic=True)
     batch = trainer.rollout()
     per_rank = len(batch.trajectories)
     for t in batch.trajectories:  # as one process collecting all ranks' tasks in order would number them
@@ -100,15 +85,12 @@ def record(out: Path) -> None:
     control.update(control_batch)
     control.close()
     seen = gather_object([{"rank": rank, "samples": samples, "policy": digest(weights(trainer)),
-                           "critic": digest({k: v.detach().clone() for k, v in
-                                             trainer.critic.model.state_dict().items()})}])
+                           "critic": digest(weights(trainer, critic=True))}])
     if acc.is_main_process:
-        from stratagym.agents.policy import unwrap_model
-
         torch.save({"trajectories": everything, "grads": grads[0], "critic_grads": cgrads[0],
                     "control_grads": control_grads[0],
                     "weights": weights(trainer),
-                    "critic": {k: v.detach().clone() for k, v in unwrap_model(trainer.critic.model).state_dict().items()},
+                    "critic": weights(trainer, critic=True),
                     "values_after": values(trainer, everything)}, out / "record.pt")
         (out / "record.json").write_text(json.dumps({"world": world, "ranks": seen}))
     acc.wait_for_everyone()
@@ -116,17 +98,16 @@ def record(out: Path) -> None:
 
 
 def replay(out: Path) -> None:
-    from stratagym.agents.policy import unwrap_model
     from stratagym.training.rollout import RolloutBatch
     from stratagym.training.trainer import Trainer
 
     data = torch.load(out / "record.pt", weights_only=False)
     trainer = Trainer(recipe(str(out / "run-replay"), 2 * TASKS_PER_PROCESS))
-    grads, cgrads = capture_gradients(trainer), critic_gradients(trainer)
+    grads, cgrads = capture_gradients(trainer), capture_gradients(trainer, critic=True)
     before = values(trainer, data["trajectories"])
     trainer.update(RolloutBatch(data["trajectories"]))
     torch.save({"grads": grads[0], "critic_grads": cgrads[0], "weights": weights(trainer),
-                "critic": {k: v.detach().clone() for k, v in unwrap_model(trainer.critic.model).state_dict().items()},
+                "critic": weights(trainer, critic=True),
                 "values_before": before, "values_after": values(trainer, data["trajectories"])}, out / "replay.pt")
     (out / "replay.json").write_text(json.dumps({"world": trainer.accelerator.num_processes}))
     trainer.close()
@@ -160,9 +141,9 @@ def llm(out: Path) -> None:
     if acc.process_index == 1:
         for t in batch.trajectories:
             t.failed = True
-    before = digest({k: v.detach().clone() for k, v in trainer.critic.model.state_dict().items()})
+    before = digest(weights(trainer, critic=True))
     metrics = trainer.update(batch)
-    after = digest({k: v.detach().clone() for k, v in trainer.critic.model.state_dict().items()})
+    after = digest(weights(trainer, critic=True))
     seen = gather_object([[before, after, metrics.get("train/samples")]])
     if acc.is_main_process:
         (out / "llm.json").write_text(json.dumps({"world": acc.num_processes, "ranks": seen}))

@@ -45,19 +45,21 @@ def recipe(out: str, tasks_per_step: int):
     })
 
 
-def capture_gradients(trainer) -> list:
-    """Snapshot the gradient each optimizer step applies (after DDP's all-reduce)."""
+def capture_gradients(trainer, *, critic: bool = False) -> list:
+    """Snapshot the gradient each optimizer step applies (after DDP's all-reduce): the policy's, or with
+    ``critic`` the critic's."""
     from stratagym.agents.policy import unwrap_model
 
+    model, optimizer = (trainer.critic.model, trainer.critic_optimizer) if critic else (trainer.policy.model, trainer.optimizer)
     seen: list = []
-    params = list(unwrap_model(trainer.policy.model).parameters())
-    step = trainer.optimizer.step
+    params = list(unwrap_model(model).parameters())
+    step = optimizer.step
 
     def wrapped(*a, **k):
         seen.append([None if p.grad is None else p.grad.detach().clone() for p in params])
         return step(*a, **k)
 
-    trainer.optimizer.step = wrapped
+    optimizer.step = wrapped
     return seen
 
 
@@ -73,10 +75,12 @@ def count_micro_batches(trainer) -> list:
     return calls
 
 
-def weights(trainer) -> dict:
+def weights(trainer, *, critic: bool = False) -> dict:
+    """A copy of the policy's (or with ``critic`` the critic's) state dict, without DDP's wrapper."""
     from stratagym.agents.policy import unwrap_model
 
-    return {k: v.detach().clone() for k, v in unwrap_model(trainer.policy.model).state_dict().items()}
+    model = trainer.critic.model if critic else trainer.policy.model
+    return {k: v.detach().clone() for k, v in unwrap_model(model).state_dict().items()}
 
 
 def digest(state: dict) -> str:

@@ -3,6 +3,7 @@ processes, and `accelerate launch` with 2 CPU processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -62,3 +63,29 @@ def accelerate_launch(args: list[str], num_processes: int = 2, timeout: float = 
     cmd = [str(exe), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_one_process(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python ARGS`` in one plain process, one thread: the single-process side of a comparison."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _ok(r: subprocess.CompletedProcess) -> None:
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def one_and_two_processes(script: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """Run ``script OUT.json`` in one process, then under ``accelerate launch`` in 2; both JSON results."""
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    _ok(run_one_process([str(script), str(one)]))
+    _ok(accelerate_launch([str(script), str(two)]))
+    return json.loads(one.read_text()), json.loads(two.read_text())
+
+
+def record_and_replay(script: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """``script record DIR`` in 2 processes, then ``script replay DIR`` in one (which updates on the
+    recorded global batch); returns ``record.json`` and ``replay.json``."""
+    _ok(accelerate_launch([str(script), "record", str(tmp_path)]))
+    _ok(run_one_process([str(script), "replay", str(tmp_path)]))
+    return json.loads((tmp_path / "record.json").read_text()), json.loads((tmp_path / "replay.json").read_text())

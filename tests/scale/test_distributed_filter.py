@@ -10,16 +10,12 @@ exactly the groups the one process keeps: the first 4 informative groups in (rou
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.scale._dist_filter import TABLES
-from tests.scale.conftest import accelerate_launch
+from tests.scale.conftest import one_and_two_processes
 
 pytest.importorskip("accelerate")
 SCRIPT = Path(__file__).with_name("_dist_filter.py")
@@ -39,13 +35,7 @@ def _expected(table: list[list[int]], target: int = 4) -> list[tuple[int, int]]:
 
 @pytest.mark.slow
 def test_two_processes_filter_groups_like_one(tmp_path):
-    one, two = tmp_path / "one.json", tmp_path / "two.json"
-    r1 = subprocess.run([sys.executable, str(SCRIPT), str(one)], capture_output=True, text=True, timeout=300,
-                        env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    r2 = accelerate_launch([str(SCRIPT), str(two)])
-    assert r2.returncode == 0, r2.stderr[-3000:]
-    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    a, b = one_and_two_processes(SCRIPT, tmp_path)
     assert a["world"] == 1 and b["world"] == 2
     for name, (table, _) in TABLES.items():
         (single,), (p0, p1) = a["scenarios"][name], b["scenarios"][name]

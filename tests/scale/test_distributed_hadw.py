@@ -14,16 +14,12 @@ simple launcher only fans out through ``mpirun`` (accelerate/utils/launch.py,
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.scale.conftest import accelerate_launch
+from tests.scale.conftest import one_and_two_processes
 
 pytest.importorskip("accelerate")
 
@@ -33,13 +29,7 @@ SPECS = ["grpo+hadw", "stratified+hadw/window"]
 
 @pytest.mark.slow
 def test_two_processes_move_the_anchor_like_one(tmp_path):
-    one, two = tmp_path / "one.json", tmp_path / "two.json"
-    r1 = subprocess.run([sys.executable, str(SCRIPT), str(one)], capture_output=True, text=True, timeout=300,
-                        env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    r2 = accelerate_launch([str(SCRIPT), str(two)])
-    assert r2.returncode == 0, r2.stderr[-3000:]
-    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    a, b = one_and_two_processes(SCRIPT, tmp_path)
     assert a["num_processes"] == 1 and b["num_processes"] == 2
     assert b["states_agree"]  # both processes hold the same anchor state after every batch
     for name in SPECS:

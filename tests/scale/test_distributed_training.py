@@ -9,15 +9,12 @@ test_distributed_hadw.py), so every run asserts how many processes it really had
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.scale.conftest import accelerate_launch
+from tests.scale.conftest import accelerate_launch, record_and_replay
 
 pytest.importorskip("accelerate")
 SCRIPT = Path(__file__).with_name("_dist_train.py")
@@ -35,12 +32,7 @@ def test_two_process_step_equals_one_process_on_the_global_batch(tmp_path):
     updating on the concatenated batch, and HA-DW's anchor is the global one. A control step that
     normalises each process by its own counts gives a different gradient. A step where process 1 has
     no sample at all (every episode failed) completes, equal to process 0's episodes alone."""
-    r = accelerate_launch([str(SCRIPT), "record", str(tmp_path)])
-    assert r.returncode == 0, r.stderr[-3000:]
-    r1 = subprocess.run([sys.executable, str(SCRIPT), "replay", str(tmp_path)], capture_output=True, text=True,
-                        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    rec, rep = json.loads((tmp_path / "record.json").read_text()), json.loads((tmp_path / "replay.json").read_text())
+    rec, rep = record_and_replay(SCRIPT, tmp_path)
     assert rec["world"] == 2 and rep["world"] == 1
     ranks = rec["ranks"]
     assert len({x["digest"] for x in ranks}) == 1  # DDP kept the two processes' weights identical
@@ -117,12 +109,7 @@ def test_two_process_ppo_critic_step_equals_one_process(tmp_path):
     2 processes, the critic's gradient, weights and values on the global batch, and the policy's gradient,
     equal those of one process updating on the concatenated batch. GAE's advantages are whitened over the
     batch: a control step whitening each process over its own rows gives another policy gradient."""
-    r = accelerate_launch([str(CRITIC), "record", str(tmp_path)])
-    assert r.returncode == 0, r.stderr[-3000:]
-    r1 = subprocess.run([sys.executable, str(CRITIC), "replay", str(tmp_path)], capture_output=True, text=True,
-                        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    rec, rep = json.loads((tmp_path / "record.json").read_text()), json.loads((tmp_path / "replay.json").read_text())
+    rec, rep = record_and_replay(CRITIC, tmp_path)
     assert rec["world"] == 2 and rep["world"] == 1
     ranks = rec["ranks"]
     assert ranks[0]["samples"] != ranks[1]["samples"], "equal shards: the uneven path was not exercised"
