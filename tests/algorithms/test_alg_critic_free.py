@@ -181,29 +181,10 @@ def test_vectorised_matches_reference(case):
 def _in_threads(parts, fn):
     """Run ``fn(part, gather)`` for every part in its own thread, as N data-parallel processes would:
     ``gather`` is a barrier that stacks every thread's 1-D tensor, in part order."""
-    import threading
+    from stratagym.testing.threads import run_as_processes
 
-    n = len(parts)
-    box, out = [None] * n, [None] * n
-    barrier = threading.Barrier(n)
-
-    def run(i):
-        def gather(t):
-            box[i] = t.clone()
-            barrier.wait()
-            stacked = torch.stack(box)
-            barrier.wait()
-            return stacked
-
-        out[i] = fn(parts[i], gather)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert not any(t.is_alive() for t in threads)
-    return out
+    return run_as_processes(len(parts), lambda rank, all_gather: fn(
+        parts[rank], lambda t: torch.stack(all_gather(t.clone()))))
 
 
 @pytest.mark.parametrize("cuts", [(3, 7), (0, 7), (7, 10), (2, 2, 9)])

@@ -135,23 +135,12 @@ def test_processes_keep_what_one_process_keeps(table, target, max_rounds):
     """Two 'processes' (threads whose gather is a barrier) each draw their half of every round's global
     list; they run the same number of rounds, report the same global metrics, and together keep exactly
     the groups one process drawing the whole list keeps (in rank order)."""
-    import threading
+    from stratagym.testing.threads import run_as_processes
 
     procs, half = 2, len(table[0]) // 2
-    box: list = [None] * procs
-    barrier = threading.Barrier(procs)
-
-    def gather(local: list[int], rank: int) -> list[list[int]]:
-        box[rank] = local
-        barrier.wait()
-        out = [list(x) for x in box]
-        barrier.wait()
-        return out
-
-    results: list = [None] * procs
     draws = [0] * procs
 
-    def run(rank: int) -> None:
+    def run(rank: int, all_gather) -> RolloutBatch:
         rows = iter(table)
 
         def draw() -> RolloutBatch:
@@ -159,15 +148,10 @@ def test_processes_keep_what_one_process_keeps(table, target, max_rounds):
             draws[rank] += 1
             return _informative(next(rows)[rank * half:(rank + 1) * half], 100 * k + rank * half)
 
-        results[rank] = collect_informative(draw, target, max_rounds=max_rounds, rank=rank,
-                                            gather=lambda local: gather(local, rank))
+        return collect_informative(draw, target, max_rounds=max_rounds, rank=rank,
+                                   gather=lambda local: [list(x) for x in all_gather(local)])
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(procs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert not any(t.is_alive() for t in threads)
+    results = run_as_processes(procs, run)
     k = {"n": 0}
 
     def draw_all() -> RolloutBatch:
