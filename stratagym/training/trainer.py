@@ -379,16 +379,13 @@ class Trainer:
                           reward_scale=alg.reward_scale)
             return b
 
-        acc = self.accelerator
-        gather = None
-        if acc.num_processes > 1:  # decide rounds and kept groups on the global counts (see collect_informative)
-            def gather(local: list[int]) -> list[list[int]]:
-                t = torch.tensor([local], dtype=torch.long, device=acc.device)
-                return acc.gather(t).cpu().tolist()
+        def gather_counts(local: list[int]) -> list[list[int]]:  # every process's counts, in rank order
+            return self._gather_stats(torch.tensor(local, dtype=torch.float64)).long().tolist()
 
+        acc = self.accelerator  # several processes decide rounds and kept groups on the global counts
         return collect_informative(draw, self.config.rollout.tasks_per_step * acc.num_processes,
-                                   max_rounds=self.config.rollout.max_filter_rounds, gather=gather,
-                                   rank=acc.process_index)
+                                   max_rounds=self.config.rollout.max_filter_rounds,
+                                   gather=gather_counts if acc.num_processes > 1 else None, rank=acc.process_index)
 
     def _permutation_rng(self) -> np.random.Generator:
         """The generator that shuffles samples into mini-batches. One process: the trainer's RNG (as
