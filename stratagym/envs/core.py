@@ -471,15 +471,15 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         if not _INFO_KEY_SET.isdisjoint(extra):
             clash = set(extra) & _INFO_KEY_SET
             raise RuntimeError(f"{type(self).__name__} tried to override standard info keys {sorted(clash)}")
-        tools, levels = self._tool_calls, self._context._levels  # read directly: this runs every step
+        tools = self._tool_calls
         info: dict[str, Any] = {
             "task_id": self._task_id,
             "step": self._step_index,
             "action_valid": bool(action_valid),
             "tool_calls": dict(tools),
             "search_count": int(tools.get("search", 0)),
-            "state_hash": levels[0] if levels else NO_CONTEXT,
-            "context_hashes": levels[:],
+            "state_hash": self._context.state_hash,
+            "context_hashes": self._context.context_hashes(),
             "won": bool(won),
             "score": float(score),
         }
