@@ -128,13 +128,7 @@ def parse_turn(text: str, *, max_query_chars: int | None = None, accept_unclosed
     """
     if accept_unclosed_tags:
         text = close_unclosed_tag(text)
-    # cut_response, inlined: up to the first </search>, else the first </answer>, else all.
-    cut = text.find("</search>")
-    if cut >= 0:
-        response = text[: cut + 9]
-    else:
-        cut = text.find("</answer>")
-        response = text[: cut + 9] if cut >= 0 else text
+    response = cut_response(text)
     m = _ACTION.search(response)
     if m is None:
         return "invalid", _NO_ACTION, response
@@ -156,11 +150,13 @@ def format_prompt(question: str, template: str = PROMPT_TEMPLATE) -> str:
 
 def format_passages(contents: Sequence[str]) -> str:
     """Search-R1's ``_passages2string``: ``Doc i(Title: <first line>) <rest>`` per passage."""
-    out = []
-    for i, content in enumerate(contents):
-        title, _, text = content.partition("\n")
-        out.append(f"Doc {i + 1}(Title: {title}) {text}\n")
-    return "".join(out)
+    return "".join(f"Doc {i + 1}{_passage_line(content)}" for i, content in enumerate(contents))
+
+
+def _passage_line(content: str) -> str:
+    """One passage as :func:`format_passages` shows it after ``Doc i``: the first line is the title."""
+    title, _, text = content.partition("\n")
+    return f"(Title: {title}) {text}\n"
 
 
 class PassageText:
@@ -214,8 +210,7 @@ class PassageText:
         return observation, stable_hash(observation)
 
     def _add(self, content: str) -> tuple[str, str, bytes]:
-        title, _, text = content.partition("\n")
-        shown = f"(Title: {title}) {text}\n"  # format_passages' line after "Doc i"
+        shown = _passage_line(content)
         piece = (shown, shown.rstrip(), normalize_text(shown).encode("utf-8", "surrogatepass"))
         if len(self._pieces) >= self.max_entries:
             self._pieces.clear()
