@@ -325,24 +325,17 @@ def install() -> None:
         stock_operator_output = sas_tasks.SASOperator.output
         stock_explore = instantiate.explore
 
-        def explore(task):
-            if getattr(_STATE, "fast_translate", False):
-                return fast_translate.explore(task, stock_compute_model)
-            return stock_explore(task)
+        def while_translating(stock: Callable[..., Any], fast: Callable[..., Any]) -> Callable[..., Any]:
+            """``fast`` inside a first translation (the flag set above), ``stock`` everywhere else."""
+            def patched(*args: Any) -> Any:
+                return fast(*args) if getattr(_STATE, "fast_translate", False) else stock(*args)
+            return patched
 
-        def compute_model(prog):
-            if getattr(_STATE, "fast_translate", False):
-                return fast_translate.compute_model(prog, stock_compute_model)
-            return stock_compute_model(prog)
-
-        def operator_output(self, stream):
-            if getattr(_STATE, "fast_translate", False):
-                return fast_translate.operator_output(self, stream)
-            return stock_operator_output(self, stream)
-
-        build_model.compute_model = compute_model
-        instantiate.explore = explore
-        sas_tasks.SASOperator.output = operator_output
+        build_model.compute_model = while_translating(
+            stock_compute_model, lambda prog: fast_translate.compute_model(prog, stock_compute_model))
+        instantiate.explore = while_translating(
+            stock_explore, lambda task: fast_translate.explore(task, stock_compute_model))
+        sas_tasks.SASOperator.output = while_translating(stock_operator_output, fast_translate.operator_output)
 
         # 5. the game's grammar file (domain actions + text grammar), parsed on every game load
         stock_logic_parse = pddl_logic._parse_and_convert
