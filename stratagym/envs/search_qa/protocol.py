@@ -81,8 +81,9 @@ def cut_response(text: str) -> str:
     kept whole (and then acts as the answer ``a``, the first complete tag pair).
     """
     for stop in ("</search>", "</answer>"):  # this order: Search-R1 looks for </search> first
-        if stop in text:
-            return text.split(stop, 1)[0] + stop
+        cut = text.find(stop)
+        if cut >= 0:
+            return text[: cut + len(stop)]
     return text
 
 
