@@ -62,7 +62,30 @@ def accelerate_launch(args: list[str], num_processes: int = 2, timeout: float = 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [str(exe), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_stopping_workers(cmd, env=env, timeout=timeout)
+
+
+def run_stopping_workers(cmd: list[str], *, env: dict[str, str], timeout: float, grace: float = 30) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)``, except that a launcher past
+    its timeout gets SIGTERM first, and SIGKILL only if it outlives ``grace`` seconds.
+
+    Why: torch elastic (under ``accelerate launch``) starts every worker in a session of its own, so neither
+    SIGKILL to the launcher (what ``subprocess.run`` sends) nor to its process group reaches them: a hung
+    2-process test used to leave both workers running. On SIGTERM the elastic agent stops its workers
+    itself before it exits.
+    """
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def run_one_process(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
