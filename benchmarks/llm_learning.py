@@ -66,6 +66,11 @@ def evaluate(agent: str, out: Path, *, n: int, label: str, algorithm: str | None
     return run_eval(cfg, out=out, resume=True, progress=False)
 
 
+def _tag(args: argparse.Namespace) -> str:
+    """The label suffix that tells comparisons of different SFT checkpoints apart on the leaderboard."""
+    return f", {args.tag}" if args.tag else ""
+
+
 def _scores(record: dict[str, Any]) -> dict[str, float]:
     return {str(e["task_id"]): float(e["score"]) for e in record["episodes"]}
 
@@ -126,7 +131,7 @@ def worker(args: argparse.Namespace) -> None:
         policy_dir = latest_checkpoint(run_dir / "train") / "policy"
     t1 = time.perf_counter()
     record = evaluate(str(policy_dir), run_dir / "eval_test.json", n=args.eval_n,
-                      label=f"{args.method} from SFT (s{args.seed}, {args.steps} steps)", algorithm=args.method,
+                      label=f"{args.method} from SFT (s{args.seed}, {args.steps} steps{_tag(args)})", algorithm=args.method,
                       recipe=args.recipe)
     eval_s = time.perf_counter() - t1
     curve = [{"step": r["step"], "return": r.get("rollout/return"), "format_ok": r.get("rollout/format_ok"),
@@ -182,7 +187,7 @@ def run(args: argparse.Namespace) -> None:
     before = out / "sft" / "eval_test.json"
     if not before.exists():
         t0 = time.perf_counter()
-        evaluate(str(args.sft), before, n=args.eval_n, label="SFT (oracle demos, no RL)", algorithm="sft", recipe=args.recipe)
+        evaluate(str(args.sft), before, n=args.eval_n, label=f"SFT (oracle demos, no RL{_tag(args)})", algorithm="sft", recipe=args.recipe)
         print(f"SFT eval: {time.perf_counter() - t0:.0f}s", flush=True)
     jobs = [(m, s) for s in args.seeds for m in args.methods
             if not (out / f"{m}-s{s}" / "result.json").exists()]
@@ -193,7 +198,8 @@ def run(args: argparse.Namespace) -> None:
             (out / f"{m}-s{s}").mkdir(parents=True, exist_ok=True)
             log = open(out / f"{m}-s{s}" / "log.txt", "w")
             cmd = [sys.executable, __file__, "worker", "--method", m, "--seed", str(s), "--steps", str(args.steps),
-                   "--eval-n", str(args.eval_n), "--sft", str(args.sft), "--recipe", str(args.recipe), "--out", str(out)]
+                   "--eval-n", str(args.eval_n), "--sft", str(args.sft), "--recipe", str(args.recipe), "--out", str(out),
+                   "--tag", args.tag]
             cmd += [x for item in (args.set or []) for x in ("--set", item)]
             running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}),
                             f"{m}-s{s}", time.perf_counter()))
@@ -293,6 +299,7 @@ def main() -> None:
     p.add_argument("--sft", type=Path, default=SFT)
     p.add_argument("--recipe", type=Path, default=RECIPE)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--tag", default="", help="Appended to the leaderboard labels, e.g. the model size: '3.5M'.")
     p.add_argument("--set", action="append", help="Recipe override section.key=value for every run (repeatable).")
     args = p.parse_args()
     {"run": run, "report": report, "worker": worker, "sampled": sampled}[args.mode](args)
