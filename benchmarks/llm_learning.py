@@ -71,6 +71,32 @@ def _tag(args: argparse.Namespace) -> str:
     return f", {args.tag}" if args.tag else ""
 
 
+def _hops(recipe: Path) -> dict[str, int]:
+    """Hops per question of the recipe's eval split (the dataset's metadata, read through the env)."""
+    import gymnasium as gym
+
+    import stratagym  # noqa: F401
+
+    env_id, kwargs = _recipe_env(recipe)
+    env = gym.make(env_id, **kwargs).unwrapped
+    try:
+        return {str(ex.id): int(ex.hops) for ex in env.examples if ex.hops is not None}
+    finally:
+        env.close()
+
+
+def _by_hops(record: dict[str, Any], hops: dict[str, int]) -> str:
+    """EM and the share of episodes whose search count equals the question's hops, per hop count."""
+    cells = []
+    for h in sorted(set(hops.values())):
+        eps = [e for e in record["episodes"] if hops.get(str(e["task_id"])) == h]
+        if eps:
+            em = sum(float(e["score"]) for e in eps) / len(eps)
+            right = sum(int(e["search_count"]) == h for e in eps) / len(eps)
+            cells.append(f"{em:.3f} / {right:.2f}")
+    return " | ".join(cells)
+
+
 def _scores(record: dict[str, Any]) -> dict[str, float]:
     return {str(e["task_id"]): float(e["score"]) for e in record["episodes"]}
 
@@ -267,6 +293,17 @@ def report(args: argparse.Namespace) -> None:
     for m, diffs in summary.items():
         sm = across_seeds(diffs)
         lines.append(f"| {m} | {len(diffs)} | {sm.mean:+.3f} | {sm.std:.3f} | {min(diffs):+.3f} | {max(diffs):+.3f} |")
+    hops = _hops(args.recipe)
+    if hops:
+        ks = sorted(set(hops.values()))
+        lines += ["", "Per hop count: greedy test EM / share of episodes with as many searches as the question has hops", "",
+                  "| run | " + " | ".join(f"{k}-hop ({sum(1 for i in ids if hops.get(i) == k)} q.)" for k in ks) + " |",
+                  "| --- |" + " --- |" * len(ks), f"| SFT | {_by_hops(before_rec, hops)} |"]
+        for m in args.methods:
+            for s in args.seeds:
+                f = out / f"{m}-s{s}" / "eval_test.json"
+                if (out / f"{m}-s{s}" / "result.json").exists():
+                    lines.append(f"| {m} s{s} | {_by_hops(json.loads(f.read_text()), hops)} |")
     samp_file = out / "sampled.json"
     if samp_file.exists():
         samp = json.loads(samp_file.read_text())
