@@ -256,12 +256,14 @@ def report(args: argparse.Namespace) -> None:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     drawn_all: list[float] = []
     summary: dict[str, list[float]] = {}
+    finished: list[tuple[str, dict[str, Any]]] = []  # (run name, its eval record) for the per-hop table
     for m in args.methods:
         for s in args.seeds:
             f = out / f"{m}-s{s}" / "result.json"
             if not f.exists():
                 continue
             r = json.loads(f.read_text())
+            finished.append((f"{m} s{s}", json.loads((out / f"{m}-s{s}" / "eval_test.json").read_text())))
             after = r["scores"]
             a = proportion([after[i] for i in ids])
             d = mean([after[i] - before[i] for i in ids])
@@ -299,11 +301,7 @@ def report(args: argparse.Namespace) -> None:
         lines += ["", "Per hop count: greedy test EM / share of episodes with as many searches as the question has hops", "",
                   "| run | " + " | ".join(f"{k}-hop ({sum(1 for i in ids if hops.get(i) == k)} q.)" for k in ks) + " |",
                   "| --- |" + " --- |" * len(ks), f"| SFT | {_by_hops(before_rec, hops)} |"]
-        for m in args.methods:
-            for s in args.seeds:
-                f = out / f"{m}-s{s}" / "eval_test.json"
-                if (out / f"{m}-s{s}" / "result.json").exists():
-                    lines.append(f"| {m} s{s} | {_by_hops(json.loads(f.read_text()), hops)} |")
+        lines += [f"| {name} | {_by_hops(record, hops)} |" for name, record in finished]
     samp_file = out / "sampled.json"
     if samp_file.exists():
         samp = json.loads(samp_file.read_text())
