@@ -37,6 +37,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+# Python puts this script's folder first on sys.path, where benchmarks/alfworld.py would shadow the
+# alfworld package the ALFWorld env imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 RECIPE = ROOT / "recipes/cpu/grpo-tiny-searchqa.yaml"
 SFT = ROOT / "data/checkpoints/sft-searchqa"
 OUT = ROOT / "runs/llm_learning"
@@ -44,7 +47,11 @@ METHODS = {
     "grpo": ("grpo", {}),
     "stratified": ("stratified", {"alpha": 0.6}),
     "stratified+hadw": ("stratified+hadw", {"alpha": 0.6}),
+    # step-level estimators for multi-turn envs (ALFWorld): verl-agent's GiGPO settings, HGPO with K from the env
+    "gigpo": ("gigpo", {"gamma": 0.95, "omega": 1.0, "mode": "mean_norm"}),
+    "hgpo": ("hgpo", {"gamma": 0.95, "alpha": 1.0}),
 }
+SEARCHQA_METHODS = ["grpo", "stratified", "stratified+hadw"]
 
 
 def _recipe_env(recipe_path: Path) -> tuple[str, dict[str, Any]]:
@@ -55,15 +62,40 @@ def _recipe_env(recipe_path: Path) -> tuple[str, dict[str, Any]]:
     return env["id"], dict(env.get("eval_kwargs") or env.get("kwargs") or {})
 
 
-def evaluate(agent: str, out: Path, *, n: int, label: str, algorithm: str | None, recipe: Path) -> dict[str, Any]:
-    """Greedy eval of ``agent`` on the first ``n`` questions of the recipe's eval split; returns the record."""
+def _splits(args: argparse.Namespace) -> list[str]:
+    """The eval splits: ``--eval-splits`` or the recipe's eval split."""
+    if args.eval_splits:
+        return args.eval_splits
+    return [str(_recipe_env(args.recipe)[1].get("split", "test"))]
+
+
+def _record_path(run_dir: Path, split: str) -> Path:
+    return run_dir / f"eval_{split}.json"
+
+
+def evaluate(agent: str, out: Path, *, n: int, label: str, algorithm: str | None, recipe: Path,
+             split: str | None = None) -> dict[str, Any]:
+    """Greedy eval of ``agent`` on the first ``n`` tasks of ``split`` (default: the recipe's eval split)
+    with the recipe's eval env kwargs; returns the record."""
     from stratagym.eval.harness import EvalConfig, evaluate as run_eval
 
     env_id, kwargs = _recipe_env(recipe)
-    split = kwargs.pop("split", "test")
-    cfg = EvalConfig(agent=agent, env_id=env_id, split=split, n=n, seeds=(0,), batch_size=64, env_kwargs=kwargs,
-                     label=label, algorithm=algorithm)
+    default = kwargs.pop("split", "test")
+    cfg = EvalConfig(agent=agent, env_id=env_id, split=split or default, n=n, seeds=(0,), batch_size=64,
+                     env_kwargs=kwargs, label=label, algorithm=algorithm)
     return run_eval(cfg, out=out, resume=True, progress=False)
+
+
+def _evaluate_splits(agent: str, run_dir: Path, args: argparse.Namespace, *, label: str, algorithm: str) -> dict[str, float]:
+    """Evaluate on every eval split; the scores of all of them, keyed ``task_id`` (one split) or
+    ``split/task_id`` (several), which is what the paired differences run over."""
+    records = [evaluate(agent, _record_path(run_dir, split), n=args.eval_n, label=label, algorithm=algorithm,
+                        recipe=args.recipe, split=split) for split in _splits(args)]
+    return _merged(records, args)
+
+
+def _records(run_dir: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [json.loads(_record_path(run_dir, s).read_text()) for s in _splits(args)]
 
 
 def _tag(args: argparse.Namespace) -> str:
@@ -72,7 +104,8 @@ def _tag(args: argparse.Namespace) -> str:
 
 
 def _hops(recipe: Path) -> dict[str, int]:
-    """Hops per question of the recipe's eval split (the dataset's metadata, read through the env)."""
+    """Hops per question of the recipe's eval split (the dataset's metadata, read through the env);
+    empty for envs without hop counts (ALFWorld)."""
     import gymnasium as gym
 
     import stratagym  # noqa: F401
@@ -80,7 +113,8 @@ def _hops(recipe: Path) -> dict[str, int]:
     env_id, kwargs = _recipe_env(recipe)
     env = gym.make(env_id, **kwargs).unwrapped
     try:
-        return {str(ex.id): int(ex.hops) for ex in env.examples if ex.hops is not None}
+        examples = getattr(env, "examples", None) or []
+        return {str(ex.id): int(ex.hops) for ex in examples if getattr(ex, "hops", None) is not None}
     finally:
         env.close()
 
@@ -101,6 +135,70 @@ def _scores(record: dict[str, Any]) -> dict[str, float]:
     return {str(e["task_id"]): float(e["score"]) for e in record["episodes"]}
 
 
+def _merged(records: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
+    """The scores of one run's eval records, keyed as :func:`_evaluate_splits` keys them."""
+    splits = _splits(args)
+    out: dict[str, float] = {}
+    for split, record in zip(splits, records):
+        prefix = f"{split}/" if len(splits) > 1 else ""
+        out.update({prefix + k: v for k, v in _scores(record).items()})
+    return out
+
+
+def _by_split(runs: list[tuple[str, list[dict[str, Any]]]], args: argparse.Namespace) -> list[str]:
+    """Score and share of valid actions per eval split, for every run: what RL changes when it does
+    not yet change the score (an ALFWorld policy that loops on inadmissible commands)."""
+    splits = _splits(args)
+    if len(splits) < 2:
+        return []
+    lines = ["", "Per eval split: score / share of valid actions (greedy)", "",
+             "| run | " + " | ".join(f"{s} ({len(runs[0][1][i]['episodes'])})" for i, s in enumerate(splits)) + " |",
+             "| --- |" + " --- |" * len(splits)]
+    for name, records in runs:
+        cells = []
+        for rec in records:
+            eps = rec["episodes"]
+            cells.append(f"{sum(float(e['score']) for e in eps) / len(eps):.3f} / "
+                         f"{sum(float(e.get('valid_ratio') or 0.0) for e in eps) / len(eps):.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _task_type(task_id: str) -> str:
+    """ALFWorld's task type, the part of the game path before the first '-' (``pick_and_place_simple``...)."""
+    return task_id.split("/")[0].split("-")[0]
+
+
+def _by_type(runs: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """Score and mean steps per task type (ALFWorld game folders), for every run over all its eval splits.
+    Empty when the task ids carry no type (one type for every task)."""
+    rows: dict[str, dict[str, list[tuple[float, int]]]] = {}
+    for name, records in runs:
+        per: dict[str, list[tuple[float, int]]] = {}
+        for rec in records:
+            for e in rec["episodes"]:
+                per.setdefault(_task_type(str(e["task_id"])), []).append((float(e["score"]), int(e.get("turns") or 0)))
+        rows[name] = per
+    types = sorted({t for per in rows.values() for t in per})
+    if len(types) < 2:
+        return []
+    lines = ["", "Per task type: success rate / mean episode length (steps)", "",
+             "| run | " + " | ".join(f"{t} ({len(rows[runs[0][0]].get(t, []))})" for t in types) + " |",
+             "| --- |" + " --- |" * len(types)]
+    for name, per in rows.items():
+        cells = []
+        for t in types:
+            xs = per.get(t, [])
+            cells.append(f"{sum(x for x, _ in xs) / len(xs):.2f} / {sum(n for _, n in xs) / len(xs):.1f}" if xs else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _env_name(recipe: Path) -> str:
+    """``searchqa`` for ``stratagym/SearchQA-v0``: the run names' env part."""
+    return _recipe_env(recipe)[0].split("/")[-1].split("-")[0].lower()
+
+
 def worker(args: argparse.Namespace) -> None:
     """One RL run: train from the SFT checkpoint, record tied-group fractions, evaluate the result."""
     import torch
@@ -113,7 +211,7 @@ def worker(args: argparse.Namespace) -> None:
     estimator, kwargs = METHODS[args.method]
     run_dir = Path(args.out) / f"{args.method}-s{args.seed}"
     overrides = {
-        "name": f"{args.method}-sft-searchqa-s{args.seed}",
+        "name": f"{args.method}-sft-{_env_name(args.recipe)}-s{args.seed}",
         "policy.model": str(args.sft),
         "algorithm.estimator": estimator,
         "algorithm.estimator_kwargs": kwargs,
@@ -156,16 +254,15 @@ def worker(args: argparse.Namespace) -> None:
 
         policy_dir = latest_checkpoint(run_dir / "train") / "policy"
     t1 = time.perf_counter()
-    record = evaluate(str(policy_dir), run_dir / "eval_test.json", n=args.eval_n,
-                      label=f"{args.method} from SFT (s{args.seed}, {args.steps} steps{_tag(args)})", algorithm=args.method,
-                      recipe=args.recipe)
+    scores = _evaluate_splits(str(policy_dir), run_dir, args, algorithm=args.method,
+                              label=f"{args.method} from SFT (s{args.seed}, {args.steps} steps{_tag(args)})")
     eval_s = time.perf_counter() - t1
     curve = [{"step": r["step"], "return": r.get("rollout/return"), "format_ok": r.get("rollout/format_ok"),
               "search_count": r.get("rollout/search_count"), "adv_nonzero": r.get("adv/nonzero"),
               "loss": r.get("loss/loss"), "time": r.get("time/step"), **tied[i]} for i, r in enumerate(rows)]
     result = {"method": args.method, "seed": args.seed, "steps": args.steps, "train_s": train_s, "eval_s": eval_s,
-              "checkpoint": str(policy_dir), "curve": curve, "scores": _scores(record),
-              "eval_record": str(run_dir / "eval_test.json")}
+              "checkpoint": str(policy_dir), "curve": curve, "scores": scores,
+              "eval_records": [str(_record_path(run_dir, s)) for s in _splits(args)]}
     (run_dir / "result.json").write_text(json.dumps(result, indent=1))
 
 
@@ -210,10 +307,9 @@ def sampled(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    before = out / "sft" / "eval_test.json"
-    if not before.exists():
+    if not all(_record_path(out / "sft", s).exists() for s in _splits(args)):
         t0 = time.perf_counter()
-        evaluate(str(args.sft), before, n=args.eval_n, label=f"SFT (oracle demos, no RL{_tag(args)})", algorithm="sft", recipe=args.recipe)
+        _evaluate_splits(str(args.sft), out / "sft", args, label=f"SFT ({args.demos} demos, no RL{_tag(args)})", algorithm="sft")
         print(f"SFT eval: {time.perf_counter() - t0:.0f}s", flush=True)
     jobs = [(m, s) for s in args.seeds for m in args.methods
             if not (out / f"{m}-s{s}" / "result.json").exists()]
@@ -225,7 +321,8 @@ def run(args: argparse.Namespace) -> None:
             log = open(out / f"{m}-s{s}" / "log.txt", "w")
             cmd = [sys.executable, __file__, "worker", "--method", m, "--seed", str(s), "--steps", str(args.steps),
                    "--eval-n", str(args.eval_n), "--sft", str(args.sft), "--recipe", str(args.recipe), "--out", str(out),
-                   "--tag", args.tag]
+                   "--tag", args.tag, "--demos", args.demos]
+            cmd += ["--eval-splits", ",".join(args.eval_splits)] if args.eval_splits else []
             cmd += [x for item in (args.set or []) for x in ("--set", item)]
             running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}),
                             f"{m}-s{s}", time.perf_counter()))
@@ -247,23 +344,23 @@ def report(args: argparse.Namespace) -> None:
     from stratagym.eval.stats import across_seeds, mean, proportion
 
     out = Path(args.out)
-    before_rec = json.loads((out / "sft" / "eval_test.json").read_text())
-    before = _scores(before_rec)
+    before_recs = _records(out / "sft", args)
+    before = _merged(before_recs, args)
     ids = sorted(before)
     b = proportion([before[i] for i in ids])
-    lines = [f"SFT checkpoint, test EM on {len(ids)} questions: {_fmt(b)}", "",
-             "| method | seed | steps | train s | EM after [95% CI] | paired diff after-before [95% CI] | wrong->right / right->wrong | tied groups drawn, first 3 -> last 3 steps | tied groups trained on, first 3 -> last 3 | train return first 3 -> last 3 |",
+    lines = [f"SFT checkpoint, score on {len(ids)} {'/'.join(_splits(args))} tasks: {_fmt(b)}", "",
+             "| method | seed | steps | train s | score after [95% CI] | paired diff after-before [95% CI] | wrong->right / right->wrong | tied groups drawn, first 3 -> last 3 steps | tied groups trained on, first 3 -> last 3 | train return first 3 -> last 3 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     drawn_all: list[float] = []
     summary: dict[str, list[float]] = {}
-    finished: list[tuple[str, dict[str, Any]]] = []  # (run name, its eval record) for the per-hop table
+    finished: list[tuple[str, list[dict[str, Any]]]] = []  # (run name, its eval records) for the per-hop/type tables
     for m in args.methods:
         for s in args.seeds:
             f = out / f"{m}-s{s}" / "result.json"
             if not f.exists():
                 continue
             r = json.loads(f.read_text())
-            finished.append((f"{m} s{s}", json.loads((out / f"{m}-s{s}" / "eval_test.json").read_text())))
+            finished.append((f"{m} s{s}", _records(out / f"{m}-s{s}", args)))
             after = r["scores"]
             a = proportion([after[i] for i in ids])
             d = mean([after[i] - before[i] for i in ids])
@@ -295,13 +392,17 @@ def report(args: argparse.Namespace) -> None:
     for m, diffs in summary.items():
         sm = across_seeds(diffs)
         lines.append(f"| {m} | {len(diffs)} | {sm.mean:+.3f} | {sm.std:.3f} | {min(diffs):+.3f} | {max(diffs):+.3f} |")
-    hops = _hops(args.recipe)
+    hops = _hops(args.recipe) if len(_splits(args)) == 1 else {}
+    before_rec = before_recs[0]
     if hops:
         ks = sorted(set(hops.values()))
         lines += ["", "Per hop count: greedy test EM / share of episodes with as many searches as the question has hops", "",
                   "| run | " + " | ".join(f"{k}-hop ({sum(1 for i in ids if hops.get(i) == k)} q.)" for k in ks) + " |",
                   "| --- |" + " --- |" * len(ks), f"| SFT | {_by_hops(before_rec, hops)} |"]
-        lines += [f"| {name} | {_by_hops(record, hops)} |" for name, record in finished]
+        lines += [f"| {name} | {_by_hops(records[0], hops)} |" for name, records in finished]
+    else:
+        lines += _by_split([("SFT", before_recs)] + finished, args)
+        lines += _by_type([("SFT", before_recs)] + finished)
     samp_file = out / "sampled.json"
     if samp_file.exists():
         samp = json.loads(samp_file.read_text())
@@ -324,7 +425,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["run", "report", "worker", "sampled"])
     p.add_argument("--samples", type=int, default=2, help="sampled mode: samples per question")
-    p.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
+    p.add_argument("--methods", type=lambda s: s.split(","), default=SEARCHQA_METHODS,
+                   help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     p.add_argument("--method", default="grpo")
     p.add_argument("--seed", type=int, default=0)
@@ -335,6 +437,9 @@ def main() -> None:
     p.add_argument("--recipe", type=Path, default=RECIPE)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--tag", default="", help="Appended to the leaderboard labels, e.g. the model size: '3.5M'.")
+    p.add_argument("--eval-splits", type=lambda s: s.split(","), default=None,
+                   help="comma list of eval splits (default: the recipe's eval split), e.g. valid_seen,valid_unseen")
+    p.add_argument("--demos", default="oracle", help="Who the SFT cloned, for the SFT row's label: oracle, planner.")
     p.add_argument("--set", action="append", help="Recipe override section.key=value for every run (repeatable).")
     args = p.parse_args()
     {"run": run, "report": report, "worker": worker, "sampled": sampled}[args.mode](args)
