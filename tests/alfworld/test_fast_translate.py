@@ -20,7 +20,7 @@ def _translate(domain: str, problem: str, *, fast: bool, optimize: bool):
     speedups.install()
     if fast:
         speedups.clear_caches(games_only=True)
-        with speedups.active():
+        with speedups.active(disk_cache=False):  # the translator itself, not a result it wrote earlier
             task, sas = fast_downward.pddl2sas(domain, problem, optimize=optimize)
         assert speedups.cache_info()["sas_misses"] == 1
     else:

@@ -49,7 +49,7 @@ def test_nothing_written_outside_cache_and_argv_kept(tmp_path):
         print("OK")
         """
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("ALFWORLD_DATA", "XDG_CACHE_HOME")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ALFWORLD_DATA", "XDG_CACHE_HOME", "STRATAGYM_CACHE_DIR")}
     env.update(HOME=str(home), TMPDIR=str(tmp), STRATAGYM_ALFWORLD_CACHE=str(cache),
                PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -58,6 +58,7 @@ def test_nothing_written_outside_cache_and_argv_kept(tmp_path):
     assert list(home.iterdir()) == [] and list(tmp.iterdir()) == [] and list(cwd.iterdir()) == []
     assert (cache / "alfworld-data").is_dir()  # what `import alfworld` insists on creating
     assert any((cache / "games").iterdir())
+    assert any((cache / "alfworld-sas").iterdir())  # the translation cache lives under the same root
     assert _tree(paths.bundled_dir()) == data_before
 
 

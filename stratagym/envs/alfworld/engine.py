@@ -15,7 +15,9 @@
   the global :mod:`random` run under a seed derived from the episode so the suggestion is reproducible.
 
 ``fast=True`` runs every engine call with :mod:`stratagym.envs.alfworld.speedups` active (memoised
-template parses); ``fast=False`` is the stock engine.
+template parses); ``fast=False`` is the stock engine. ``disk_cache`` (fast engines only) says whether a
+game's PDDL -> SAS translation is read from / written to the on-disk cache shared by the machine's
+processes (:mod:`stratagym.envs.alfworld.disk_cache`); None follows ``$STRATAGYM_ALFWORLD_DISK_CACHE``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from stratagym.envs.alfworld import disk_cache as disk_cache_mod
 from stratagym.envs.alfworld import paths, speedups
 from stratagym.envs.alfworld.runtime import load_engine_modules, preserve_argv
 from stratagym.errors import ConfigError
@@ -77,11 +80,13 @@ def _isolated_random(seed: int) -> Iterator[None]:
 class AlfredEngine:
     """A single ALFWorld game slot (load a game file, reset, step), optionally with an expert."""
 
-    def __init__(self, *, expert: str | None = None, fast: bool = True) -> None:
+    def __init__(self, *, expert: str | None = None, fast: bool = True, disk_cache: bool | None = None) -> None:
         if expert is not None and expert not in EXPERTS:
             raise ConfigError(f"unknown ALFWorld expert {expert!r}; use one of {EXPERTS} or None")
         self.expert = expert
         self.fast = bool(fast)
+        # resolved now so a bad $STRATAGYM_ALFWORLD_DISK_CACHE is a ConfigError at construction, not at reset
+        self.disk_cache = disk_cache_mod.enabled(disk_cache)
         self._m = load_engine_modules()
         if self.fast:
             _register_domain_grammars(self._m)
@@ -105,7 +110,7 @@ class AlfredEngine:
     # ---- engine calls ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _engine_call(self) -> Iterator[None]:
-        with preserve_argv(), speedups.active(self.fast):
+        with preserve_argv(), speedups.active(self.fast, disk_cache=self.disk_cache):
             yield
 
     def load(self, game_file: str | Path, *, seed: int = 0) -> EngineState:

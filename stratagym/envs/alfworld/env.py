@@ -58,6 +58,10 @@ class ALFWorldEnv(TextEnv):
         ``"planner"`` or ``"handcoded"`` puts that expert's next command in ``info["expert_action"]``.
     fast:
         Use the memoised template parses (:mod:`~stratagym.envs.alfworld.speedups`); same transcripts.
+    disk_cache:
+        Keep each game's PDDL -> SAS translation on disk, so a new process (a training run, a vector-env
+        or Ray worker) meeting a game translated before skips it (:mod:`~stratagym.envs.alfworld.disk_cache`;
+        same transcripts). None: ``$STRATAGYM_ALFWORLD_DISK_CACHE`` (default on; ``0`` switches it off).
     hide_help:
         Leave "help" out of ``info["admissible_actions"]`` (stock ALFWorld lists it; default False).
     """
@@ -73,6 +77,7 @@ class ALFWorldEnv(TextEnv):
         task_types: Sequence[str | int] | str | int | None = None,
         expert: str | None = None,
         fast: bool = True,
+        disk_cache: bool | None = None,
         hide_help: bool = False,
         max_steps: int = 50,
         context_k: int = 4,
@@ -87,7 +92,7 @@ class ALFWorldEnv(TextEnv):
         self.expert = expert
         self._ids = tuple(e.task_id for e in self.games.entries)
         self._by_id = self.games.by_id()
-        self._engine = AlfredEngine(expert=expert, fast=fast)
+        self._engine = AlfredEngine(expert=expert, fast=fast, disk_cache=disk_cache)
         self._state: EngineState | None = None
         self._task_type = ""
 

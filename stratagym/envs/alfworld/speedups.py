@@ -17,7 +17,8 @@ Loading a game the process has not seen is dominated by 4-6 (measured on the bun
 thread: grammar parse ~0.19 s, translation ~0.17 s, optimised translation ~0.20 s, the rest ~15 ms).
 
 This module memoises 1, 2, 4 and 5 (4 and 5 in bounded LRU caches keyed by the game's text, shared by
-every engine in the process), replaces the generic deep copies of 3 with copies specialised to the
+every engine in the process; 4 also on disk, shared by every process of the machine:
+:mod:`.disk_cache`), replaces the generic deep copies of 3 with copies specialised to the
 grammar's symbol classes, and
 
 * shares 5 across the games of one domain: ALFWorld game grammars are the domain's ``alfred.twl2``
@@ -64,6 +65,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
+from stratagym.envs.alfworld import disk_cache
+
 __all__ = ["active", "install", "is_active", "cache_info", "clear_caches", "set_game_cache_size", "register_grammar_template",
            "GRAMMAR_PLACEHOLDER"]
 
@@ -94,20 +97,25 @@ def is_active() -> bool:
 
 
 @contextlib.contextmanager
-def active(on: bool = True) -> Iterator[None]:
-    """Run the block with the speed-ups on (``on=True``) or with the stock engine (``on=False``)."""
+def active(on: bool = True, *, disk_cache: bool | None = None) -> Iterator[None]:
+    """Run the block with the speed-ups on (``on=True``) or with the stock engine (``on=False``).
+
+    ``disk_cache``: whether a translation the process has not made yet is looked up in (and written to)
+    the on-disk cache (:mod:`.disk_cache`); None follows ``$STRATAGYM_ALFWORLD_DISK_CACHE`` (default on).
+    """
     install()
-    previous = is_active()
+    previous = is_active(), getattr(_STATE, "disk_cache", None)
     _STATE.on = bool(on)
+    _STATE.disk_cache = disk_cache
     try:
         yield
     finally:
-        _STATE.on = previous
+        _STATE.on, _STATE.disk_cache = previous
 
 
 def cache_info() -> dict[str, int]:
-    """Hit/miss counters and sizes of the caches (for the benchmark and tests)."""
-    return {**_stats, "parse_entries": len(_PARSE_CACHE), "query_entries": len(_QUERY_CACHE),
+    """Hit/miss counters and sizes of the caches (for the benchmark and tests); ``disk_*``: the on-disk cache."""
+    return {**_stats, **disk_cache.stats(), "parse_entries": len(_PARSE_CACHE), "query_entries": len(_QUERY_CACHE),
             "sas_entries": len(_SAS_CACHE), "logic_entries": len(_LOGIC_CACHE),
             "templates_parsed": sum(v is not None for v in _TEMPLATES.values())}
 
@@ -128,6 +136,7 @@ def clear_caches(*, games_only: bool = False) -> None:
             _TEMPLATES[text] = None
     for k in _stats:
         _stats[k] = 0
+    disk_cache.reset_stats()
 
 
 def set_game_cache_size(n_games: int) -> None:
@@ -300,12 +309,19 @@ def install() -> None:
             hit = _SAS_CACHE.get(key)
             if hit is None:
                 _stats["sas_misses"] += 1
-                _STATE.fast_translate = True  # 4b: the faster model computation and operator output
-                try:
-                    with _gc_paused():
-                        hit = stock_pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
-                finally:
-                    _STATE.fast_translate = False
+                # 4c. made before by any process of the machine: read from disk (see disk_cache)
+                use_disk = disk_cache.enabled(getattr(_STATE, "disk_cache", None))
+                if use_disk:
+                    hit = disk_cache.load(domain, problem, bool(optimize))
+                if hit is None:
+                    _STATE.fast_translate = True  # 4b: the faster model computation and operator output
+                    try:
+                        with _gc_paused():
+                            hit = stock_pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+                    finally:
+                        _STATE.fast_translate = False
+                    if use_disk:
+                        disk_cache.store(domain, problem, bool(optimize), hit[1])
                 _SAS_CACHE[key] = hit
                 while len(_SAS_CACHE) > _SAS_CACHE_SIZE:
                     _SAS_CACHE.popitem(last=False)
