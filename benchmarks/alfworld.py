@@ -6,19 +6,24 @@
 For one bundled train game of each task type (``--games``), a fixed command sequence (mostly admissible
 commands, some junk, drawn once by a seeded RNG) is played as an *episode*: reset into that game (the
 previous episode played another one), then ``--steps`` commands. Each repeat plays every game, in turn,
-through three engines, one after the other (so machine load hits all three alike):
+through four engines, one after the other (so machine load hits all four alike):
 
 * **stock**: textworld's PddlEnv + alfworld's AlfredDemangler/AlfredInfos, as ALFWorld builds them,
   no stratagym patch active;
-* **fast, cold**: :mod:`stratagym.envs.alfworld.speedups` active, the game never seen by the process
-  (its per-game caches are emptied first; what the domain shares -- text templates, the parsed
-  ``alfred.twl2`` -- stays, as in any process past its first game);
+* **fast, cold**: :mod:`stratagym.envs.alfworld.speedups` active, the game never translated on this
+  machine: the on-disk translation cache is off for this engine, and the process's per-game caches are
+  emptied first (what the domain shares -- text templates, the parsed ``alfred.twl2`` -- stays, as in
+  any process past its first game);
+* **fast, on disk**: the same, but the game's translation is in the on-disk cache
+  (:mod:`stratagym.envs.alfworld.disk_cache`, written by an earlier process -- here by this one before
+  the repeats, into a temporary folder) and not in the process's memory (emptied first, as for cold):
+  a new training run, env worker or Ray worker meeting a game any process translated before;
 * **fast, warm**: the game was played before in this process (by any env): the per-game LRU caches
   hold its translation and grammar. This is the common case in training: every task is reset G times
   per group, and every epoch revisits the same games.
 
 It prints, per repeat and as mean [min-max] over repeats: reset-into-a-new-game time, episode time and
-steps/s for the three engines and their ratios to stock; the reset split into its parts (grammar
+steps/s for the four engines and their ratios to stock; the reset split into its parts (grammar
 parse, PDDL->SAS translation, state build, text of the first observation, the rest); and whether all
 transcripts (feedback, admissible commands, won) are byte-identical -- it exits 1 if they are not.
 Then the gymnasium env on top (info dict, hashing): steps/s. Times are this process's CPU time by
@@ -118,7 +123,7 @@ class ResetClock:
 def commands_for(game_file, n_steps: int, seed: int) -> list[str]:
     from stratagym.envs.alfworld.engine import AlfredEngine
 
-    engine = AlfredEngine(fast=True)
+    engine = AlfredEngine(fast=True, disk_cache=False)  # leaves nothing on disk for the "disk" engine to find
     state = engine.load(game_file)
     rng = random.Random(seed)
     out = []
@@ -160,6 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+    # the disk-cache column reads entries this run writes, in a folder of its own (removed at exit)
+    import shutil
+    import tempfile
+
+    disk_dir = tempfile.mkdtemp(prefix="stratagym-bench-sas-")
+    os.environ["STRATAGYM_CACHE_DIR"] = disk_dir
+    try:
+        return _run(args)
+    finally:
+        shutil.rmtree(disk_dir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace) -> int:
     import stratagym  # noqa: F401
     from stratagym.envs.alfworld import speedups
     from stratagym.envs.alfworld.engine import AlfredEngine
@@ -180,11 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     clock = ResetClock()
     clock.install()
 
-    kinds = ("stock", "cold", "warm")
-    engines = {"stock": AlfredEngine(fast=False), "cold": AlfredEngine(fast=True), "warm": AlfredEngine(fast=True)}
-    for e in chosen:  # the warm engine's process has met every game once (another engine would do too)
-        engines["warm"].load(e.game_file)
+    kinds = ("stock", "cold", "disk", "warm")
+    engines = {"stock": AlfredEngine(fast=False), "cold": AlfredEngine(fast=True, disk_cache=False),
+               "disk": AlfredEngine(fast=True, disk_cache=True), "warm": AlfredEngine(fast=True, disk_cache=False)}
+    speedups.clear_caches(games_only=True)
+    for e in chosen:  # an earlier process translated every game and left it on disk (an engine with the disk
+        engines["disk"].load(e.game_file)  # cache on); the warm engine's process has met every game once
+    assert speedups.cache_info()["disk_writes"] == len(chosen), speedups.cache_info()
     engines["warm"].load(games.entries[-1].game_file)
+    disk_read = 0
     identical = True
     per_repeat = []  # {kind: {"reset": s, "steps": s, "n": commands}}
     parts = {k: defaultdict(float) for k in kinds}
@@ -193,17 +215,21 @@ def main(argv: list[str] | None = None) -> int:
         for e, cmds in zip(chosen, commands):
             transcripts = {}
             for k in kinds:
-                if k == "cold":
+                if k in ("cold", "disk"):  # the game is new to the process (its translation on disk for "disk")
                     speedups.clear_caches(games_only=True)
                 reset_s, steps_s, transcripts[k] = episode(engines[k], e.game_file, cmds, clock, parts[k])
+                if k == "disk":  # the translation came from disk, the translator did not run
+                    info = speedups.cache_info()
+                    disk_read += info["disk_hits"] >= 1 and info["disk_misses"] == 0
                 row[k]["reset"] += reset_s
                 row[k]["steps"] += steps_s
                 row[k]["n"] += len(cmds)
-            identical &= transcripts["stock"] == transcripts["cold"] == transcripts["warm"]
+            identical &= transcripts["stock"] == transcripts["cold"] == transcripts["disk"] == transcripts["warm"]
         per_repeat.append(row)
         s = row["stock"]
         print(f"repeat {r + 1}: reset stock {s['reset'] / len(chosen):.3f} s, cold {row['cold']['reset'] / len(chosen):.3f} s, "
-              f"warm {row['warm']['reset'] / len(chosen):.4f} s; steps/s stock {s['n'] / s['steps']:.1f}, "
+              f"on disk {row['disk']['reset'] / len(chosen):.4f} s, warm {row['warm']['reset'] / len(chosen):.4f} s; "
+              f"steps/s stock {s['n'] / s['steps']:.1f}, "
               f"fast {row['warm']['n'] / row['warm']['steps']:.1f}", flush=True)
     for eng in engines.values():
         eng.close()
@@ -222,13 +248,15 @@ def main(argv: list[str] | None = None) -> int:
         a, b = figure("stock", what), figure(kind, what)
         return [y / x for x, y in zip(b, a)] if what != "steps/s" else [x / y for x, y in zip(b, a)]
 
-    print(f"\n{'figure':42s} {'stock':>20s} {'fast, cold game':>22s} {'fast, warm game':>22s}")
+    fast_kinds = ("cold", "disk", "warm")
+    heads = {"cold": "fast, cold game", "disk": "fast, on disk", "warm": "fast, warm game"}
+    print(f"\n{'figure':42s} {'stock':>20s} " + " ".join(f"{heads[k]:>22s}" for k in fast_kinds))
     for what, fmt in (("reset", "{:.3f}"), ("episode", "{:.3f}"), ("steps/s", "{:.1f}")):
         label = {"reset": "reset into a new game (s)", "episode": f"episode: new game + {args.steps} steps (s)",
                  "steps/s": "steps/s"}[what]
-        print(f"{label:42s} {spread(figure('stock', what), fmt):>20s} {spread(figure('cold', what), fmt):>22s} "
-              f"{spread(figure('warm', what), fmt):>22s}")
-        print(f"{'  speed-up vs stock (x)':42s} {'':>20s} {spread(ratio('cold', what)):>22s} {spread(ratio('warm', what)):>22s}")
+        print(f"{label:42s} {spread(figure('stock', what), fmt):>20s} "
+              + " ".join(f"{spread(figure(k, what), fmt):>22s}" for k in fast_kinds))
+        print(f"{'  speed-up vs stock (x)':42s} {'':>20s} " + " ".join(f"{spread(ratio(k, what)):>22s}" for k in fast_kinds))
     # a GRPO group of G envs in one process resetting into the same new task: 1 cold load + G-1 warm
     g = 8
     group = [(c + (g - 1) * w) / g for c, w in zip(figure("cold", "reset"), figure("warm", "reset"))]
@@ -239,11 +267,13 @@ def main(argv: list[str] | None = None) -> int:
           f"= {spread(group_ratio)}x; episode {spread(ep_group, '{:.3f}')} s = {spread(ep_group_ratio)}x")
 
     n_resets = n_games * args.repeats
-    print(f"\nreset split into parts (mean per reset, ms):\n{'part':14s} {'stock':>9s} {'cold':>9s} {'warm':>9s}")
+    print(f"\nreset split into parts (mean per reset, ms; translation on disk = reading it back):\n"
+          f"{'part':14s} " + " ".join(f"{k:>9s}" for k in kinds))
     for part in PARTS:
         print(f"{part:14s} " + " ".join(f"{1000 * parts[k][part] / n_resets:9.1f}" for k in kinds))
     print(f"{'total':14s} " + " ".join(f"{1000 * sum(parts[k][p] for p in PARTS) / n_resets:9.1f}" for k in kinds))
-    print(f"transcripts identical (stock = cold = warm, {args.repeats * sum(map(len, commands))} commands "
+    print(f"on-disk resets that read the translation from disk (translator not run): {disk_read}/{n_resets}")
+    print(f"transcripts identical (stock = cold = on disk = warm, {args.repeats * sum(map(len, commands))} commands "
           f"and {n_resets} resets per engine): {identical}")
 
     if args.env_steps:
