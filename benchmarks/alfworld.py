@@ -26,7 +26,8 @@ It prints, per repeat and as mean [min-max] over repeats: reset-into-a-new-game 
 steps/s for the four engines and their ratios to stock; the reset split into its parts (grammar
 parse, PDDL->SAS translation, state build, text of the first observation, the rest); and whether all
 transcripts (feedback, admissible commands, won) are byte-identical -- it exits 1 if they are not.
-Then the gymnasium env on top (info dict, hashing): steps/s. Times are this process's CPU time by
+Before each episode a full garbage collection runs, untimed, so no engine pays for the collection the
+allocations of the engine before it made due. Then the gymnasium env on top (info dict, hashing): steps/s. Times are this process's CPU time by
 default (``--clock wall`` for wall time): on a machine shared with other jobs, wall time mostly measures
 the wait for a core. The load average is printed before and after.
 """
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import random
 import statistics
@@ -217,6 +219,11 @@ def _run(args: argparse.Namespace) -> int:
             for k in kinds:
                 if k in ("cold", "disk"):  # the game is new to the process (its translation on disk for "disk")
                     speedups.clear_caches(games_only=True)
+                # Every engine starts from the same collector state, untimed: otherwise a full collection
+                # owed by the previous engine's allocations (60-100 ms here: it walks the whole heap) lands
+                # in the next one's reset -- measured: the "disk" reset paid ~15 ms a reset for the cold
+                # translation's burst before it.
+                gc.collect()
                 reset_s, steps_s, transcripts[k] = episode(engines[k], e.game_file, cmds, clock, parts[k])
                 if k == "disk":  # the translation came from disk, the translator did not run
                     info = speedups.cache_info()
