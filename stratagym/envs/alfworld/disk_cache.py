@@ -28,8 +28,8 @@ machine (as a user's cache is):
   just replace each other. A file that is truncated, corrupt, of another key or unreadable is a miss:
   the game is translated again and the file rewritten. A folder that cannot be written (read-only, full
   disk) means no caching, with one warning per process, never an error.
-* **bounded**: at most ``$STRATAGYM_ALFWORLD_DISK_CACHE_MAX`` entries (default 2,000, ~30 KB each once
-  compressed: ~60 MB). The folder is scanned on a process's first write and every
+* **bounded**: at most ``$STRATAGYM_ALFWORLD_DISK_CACHE_MAX`` entries (default 2,000, 5-25 KB each once
+  compressed: under 50 MB). The folder is scanned on a process's first write and every
   :data:`SCAN_EVERY` writes after, never on a read; above the cap the least recently used entries (a
   hit refreshes a file's mtime) are removed down to 90% of it, and temporary files left by a killed
   writer are removed after an hour.
