@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     disk_dir = tempfile.mkdtemp(prefix="stratagym-bench-sas-")
-    os.environ["STRATAGYM_CACHE_DIR"] = disk_dir
+    os.environ["STRATAGYM_ALFWORLD_SAS_CACHE"] = disk_dir
     try:
         return _run(args)
     finally:

@@ -19,8 +19,8 @@ os.environ.setdefault("SE_OFFLINE", "true")
 # ALFWorld's on-disk translation cache (stratagym/envs/alfworld/disk_cache.py) goes to a folder of this
 # session (whatever the shell says), removed at exit: tests neither read results of earlier runs nor
 # fill the user's cache.
-os.environ["STRATAGYM_CACHE_DIR"] = tempfile.mkdtemp(prefix="stratagym-test-cache-")
-atexit.register(shutil.rmtree, os.environ["STRATAGYM_CACHE_DIR"], True)
+os.environ["STRATAGYM_ALFWORLD_SAS_CACHE"] = tempfile.mkdtemp(prefix="stratagym-test-sas-cache-")
+atexit.register(shutil.rmtree, os.environ["STRATAGYM_ALFWORLD_SAS_CACHE"], True)
 
 try:
     import torch

@@ -27,12 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """An empty cache folder of this test; the process's in-memory game caches emptied."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("STRATAGYM_CACHE_DIR", str(folder))
+    folder = tmp_path / "cache" / "alfworld-sas"
+    monkeypatch.setenv("STRATAGYM_ALFWORLD_SAS_CACHE", str(folder))
     monkeypatch.delenv("STRATAGYM_ALFWORLD_DISK_CACHE", raising=False)
     monkeypatch.delenv("STRATAGYM_ALFWORLD_DISK_CACHE_MAX", raising=False)
     speedups.clear_caches(games_only=True)
-    yield folder / "alfworld-sas"
+    yield folder
     speedups.clear_caches(games_only=True)
 
 
@@ -219,16 +219,16 @@ def test_unwritable_folder_means_no_caching_and_one_warning(tmp_path, monkeypatc
                                                             one_game_per_type):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    monkeypatch.setenv("STRATAGYM_CACHE_DIR", str(blocker))  # mkdir fails, as on a read-only or full disk
+    monkeypatch.setenv("STRATAGYM_ALFWORLD_SAS_CACHE", str(blocker / "alfworld-sas"))  # mkdir fails, as on a read-only or full disk
     monkeypatch.setattr(disk_cache, "_warned", False)
     domain, _ = _pddl(_game_file(train_games, one_game_per_type))
     problems = [_pddl(_game_file(train_games, one_game_per_type, t))[1]
                 for t in ("pick_and_place_simple", "look_at_obj_in_light")]
-    with pytest.warns(RuntimeWarning, match="STRATAGYM_CACHE_DIR") as record:
+    with pytest.warns(RuntimeWarning, match="STRATAGYM_ALFWORLD_SAS_CACHE") as record:
         for problem in problems:
             _, sas = _translate(domain, problem)
             assert sas.startswith("begin_version")
-    assert len([w for w in record if "STRATAGYM_CACHE_DIR" in str(w.message)]) == 1
+    assert len([w for w in record if "STRATAGYM_ALFWORLD_SAS_CACHE" in str(w.message)]) == 1
     assert speedups.cache_info()["disk_write_errors"] == 1  # counters are per _translate call (cleared)
 
 
@@ -286,7 +286,7 @@ def test_a_new_process_reads_what_another_wrote(cache, train_games, one_game_per
         print(json.dumps({{"out": out, "info": speedups.cache_info()}}))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "STRATAGYM_CACHE_DIR": str(cache.parent)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "STRATAGYM_ALFWORLD_SAS_CACHE": str(cache)}
     script = "import sys; sys.argv = ['translate.py', 'domain', 'task']\n" + script  # fast-downward reads argv
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]

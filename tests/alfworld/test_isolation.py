@@ -49,7 +49,7 @@ def test_nothing_written_outside_cache_and_argv_kept(tmp_path):
         print("OK")
         """
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("ALFWORLD_DATA", "XDG_CACHE_HOME", "STRATAGYM_CACHE_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ALFWORLD_DATA", "XDG_CACHE_HOME", "STRATAGYM_ALFWORLD_SAS_CACHE")}
     env.update(HOME=str(home), TMPDIR=str(tmp), STRATAGYM_ALFWORLD_CACHE=str(cache),
                PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)

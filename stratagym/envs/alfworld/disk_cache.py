@@ -18,7 +18,7 @@ machine (as a user's cache is):
   the textworld and Python versions), the mode (plain / optimised for the planner), the domain text and
   the problem text. Any code change gives new keys, so a stale result is never served; old entries age
   out by the eviction below.
-* **where**: ``$STRATAGYM_CACHE_DIR/alfworld-sas`` when that is set, else ``alfworld-sas`` in the ALFWorld
+* **where**: ``$STRATAGYM_ALFWORLD_SAS_CACHE`` when that is set, else ``alfworld-sas`` in the ALFWorld
   cache root (:func:`stratagym.envs.alfworld.paths.cache_root`: ``$STRATAGYM_ALFWORLD_CACHE``, else the
   project cache -- ``$STRATAGYM_CACHE``, ``<repo>/build`` in a source checkout, ``~/.cache/stratagym``
   for an installed package), the one folder this env family writes to.
@@ -102,9 +102,9 @@ def max_entries() -> int:
 
 def cache_dir() -> Path:
     """The folder of the entries (see the module docstring); not created here."""
-    env = os.environ.get("STRATAGYM_CACHE_DIR")
+    env = os.environ.get("STRATAGYM_ALFWORLD_SAS_CACHE")
     if env:
-        return Path(env).expanduser() / "alfworld-sas"
+        return Path(env).expanduser()
     from stratagym.envs.alfworld import paths
 
     return paths.cache_root() / "alfworld-sas"
@@ -241,7 +241,7 @@ def store(domain: str, problem: str, optimize: bool, sas: str) -> bool:
     except OSError as exc:
         _stats["disk_write_errors"] += 1
         _warn_once(f"ALFWorld's translation cache cannot write to {folder} ({exc}); games are translated "
-                   "in every new process. Point STRATAGYM_CACHE_DIR at a writable folder, or set "
+                   "in every new process. Point STRATAGYM_ALFWORLD_SAS_CACHE at a writable folder, or set "
                    "STRATAGYM_ALFWORLD_DISK_CACHE=0 to switch the cache off.")
         return False
     _stats["disk_writes"] += 1
