@@ -16,6 +16,13 @@ are the ones ``stratagym leaderboard submit`` takes). Reported:
     OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --steps 30 --set optim.lr=5.0e-4 --out runs/llm_learning_lr5e-4
     python benchmarks/llm_learning.py report            # markdown tables from runs/llm_learning/
 
+ALFWorld (GiGPO vs HGPO from the hand-coded expert's clone; scores paired over ``split/task_id`` of
+several eval splits, plus per-split valid-command shares and per-task-type success):
+
+    OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --methods gigpo,hgpo --seeds 0,1 --steps 20 \
+        --eval-n 30 --eval-splits train,valid_seen,valid_unseen --sft runs/checkpoints/sft-alfworld \
+        --recipe recipes/cpu/gigpo-sft-alfworld.yaml --demos handcoded --tag ALFWorld --out runs/llm_learning_alfworld
+
 Runs go to ``runs/llm_learning/<method>-s<seed>/`` (checkpoint, metrics.jsonl, result.json, eval record),
 one subprocess each, at most ``--jobs`` at a time (one thread each: the machine has two shared cores).
 A finished run (its result.json exists) is not run again.
