@@ -23,9 +23,9 @@ machine (as a user's cache is):
   project cache -- ``$STRATAGYM_CACHE``, ``<repo>/build`` in a source checkout, ``~/.cache/stratagym``
   for an installed package), the one folder this env family writes to.
 * **off switch**: ``STRATAGYM_ALFWORLD_DISK_CACHE=0`` (or the env's / engine's ``disk_cache=False``).
-* **safe**: a write goes to a temporary file in the same folder, is fsynced, then ``os.replace``\\ d onto
-  its name, so a reader sees a whole file or none, and concurrent writers of one key (same content)
-  just replace each other. A file that is truncated, corrupt, of another key or unreadable is a miss:
+* **safe**: a write is :func:`stratagym.atomic.atomic_write` (a temporary file in the same folder,
+  fsynced, then ``os.replace``\\ d onto its name), so a reader sees a whole file or none, and
+  concurrent writers of one key (same content) just replace each other. A file that is truncated, corrupt, of another key or unreadable is a miss:
   the game is translated again and the file rewritten. A folder that cannot be written (read-only, full
   disk) means no caching, with one warning per process, never an error.
 * **bounded**: at most ``$STRATAGYM_ALFWORLD_DISK_CACHE_MAX`` entries (default 2,000, 5-25 KB each once
@@ -48,6 +48,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
 
 __all__ = ["cache_dir", "enabled", "max_entries", "translator_version", "key", "load", "store", "evict", "stats",
@@ -187,8 +188,13 @@ def load(domain: str, problem: str, optimize: bool) -> "tuple[Any, str] | None":
     return task, sas
 
 
+def _header(k: str) -> bytes:
+    """An entry's first line: the magic, the format and the full key (a renamed or swapped file is a miss)."""
+    return _MAGIC + b" %d " % FORMAT + k.encode("ascii") + b"\n"
+
+
 def _decode(blob: bytes, k: str) -> str | None:
-    header = _MAGIC + b" %d " % FORMAT + k.encode("ascii") + b"\n"
+    header = _header(k)
     if not blob.startswith(header):
         return None
     try:
@@ -223,21 +229,8 @@ def store(domain: str, problem: str, optimize: bool, sas: str) -> bool:
     global _writes_since_scan
     k = key(domain, problem, optimize)
     folder = cache_dir()
-    header = _MAGIC + b" %d " % FORMAT + k.encode("ascii") + b"\n"
-    blob = header + zlib.compress(sas.encode("utf-8"), 1)
-    tmp = folder / f"{k}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, folder / (k + _SUFFIX))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(folder / (k + _SUFFIX), _header(k) + zlib.compress(sas.encode("utf-8"), 1))
     except OSError as exc:
         _stats["disk_write_errors"] += 1
         _warn_once(f"ALFWorld's translation cache cannot write to {folder} ({exc}); games are translated "
