@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             if fast:
                 speedups.clear_caches(games_only=True)
-                with speedups.active():
+                with speedups.active(disk_cache=False):
                     texts.append(fast_downward.pddl2sas(domain, p)[1])
             else:
                 texts.append(fast_downward.pddl2sas(domain, p)[1])

@@ -33,12 +33,16 @@ stages.
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Any, Callable
 
-__all__ = ["compute_model", "explore", "operator_output"]
+__all__ = ["binary_encoding", "compute_model", "explore", "instantiate", "operator_output", "translate_strips_operators"]
 
 
 _CODE: dict[str, Any] = {}  # generated source -> compiled code (a function of the rule's shape only)
+
+
+_literal_key = operator.attrgetter("key")
 
 
 class _ArgsView:
@@ -180,7 +184,12 @@ def compute_model(prog: Any, stock: Callable[[Any], list], keep: "set | None" = 
     with timers.timing("Preparing model"):
         rules = build_model.convert_rules(prog)
         unifier = build_model.Unifier(rules)
-        fact_atoms = sorted(fact.atom for fact in prog.facts)
+        fact_atoms = [fact.atom for fact in prog.facts]
+        if all(isinstance(a, pddl.Literal) for a in fact_atoms):
+            # the same order: the sort compares only with Literal.__lt__, i.e. ``a.key < b.key``
+            fact_atoms.sort(key=_literal_key)
+        else:
+            fact_atoms.sort()
     queue: list[tuple] = [(a.predicate, a.args) for a in fact_atoms]
     seen = set(queue)
     cnt = [len(queue)]
@@ -251,3 +260,258 @@ def operator_output(op: Any, stream: Any) -> None:
         parts.append(f"{var} {pre} {post}\n")
     parts.append(f"{op.cost}\nend_operator\n")
     stream.write("".join(parts))
+
+
+def binary_encoding(strips_to_sas: dict, ranges: list, mutex_dict: dict, mutex_ranges: list,
+                    implied_facts: Any) -> bool:
+    """Whether the task's encoding is the one ALFWorld's translations get: every fact its own binary variable.
+
+    With invariant synthesis off (``invariant_generation_max_candidates = 0``, textworld's setting in both
+    modes) every fact group and every mutex group is a single atom: ``strips_to_sas`` maps each reachable
+    atom to one ``(var, 0)`` of a 2-valued variable, ``mutex_dict`` maps the same atoms the same way (in
+    another numbering), and no implied preconditions exist. :func:`translate_strips_operators` relies on it.
+    """
+    def singletons(dictionary: dict, rngs: list) -> bool:
+        return (len(dictionary) == len(rngs) and all(r == 2 for r in rngs)
+                and all(len(pairs) == 1 and pairs[0][1] == 0 for pairs in dictionary.values()))
+
+    return (singletons(strips_to_sas, ranges) and singletons(mutex_dict, mutex_ranges)
+            and strips_to_sas.keys() == mutex_dict.keys() and not any(implied_facts.values()))
+
+
+def translate_strips_operators(actions: list, strips_to_sas: dict, ranges: list, mutex_dict: dict,
+                               mutex_ranges: list, implied_facts: Any, stock_operator: Callable, translate_mod: Any) -> list:
+    """``translate.translate_strips_operators``: the same SAS operators, for the binary encoding.
+
+    Under :func:`binary_encoding` (checked by the caller) the stock steps reduce to this, per operator
+    whose effects are all unconditional (others go through ``stock_operator``):
+
+    * precondition (``translate_strips_conditions``): the mutex check and the translation see the same
+      atoms with the same one-value variables, so both fail exactly when an atom is required true and
+      false; otherwise one condition: var -> 0 for each positive atom (first-occurrence order), then
+      var -> 1 for each negated atom not already there (atoms without a variable are static: skipped);
+    * add effects set their variable to 0; delete effects set it to 1 (``<none of those>``) unless the
+      variable is also added (the add wins: its unconditional add makes the "no add triggers" condition
+      unsatisfiable); an effect whose value is the precondition's is dropped and its variable stays a
+      prevail condition, otherwise the variable's pair moves from the prevail list to ``pre_post``;
+    * ``prune_stupid_effect_conditions`` counts a simplification for every variable with a kept delete and
+      for every kept add given more than once (the counter is only printed, into the captured translator log);
+    * an operator without effects left is dropped; prevail and pre_post sorted and de-duplicated as
+      ``SASOperator.__init__`` does.
+    """
+    from fast_downward.translate import sas_tasks
+
+    sas_operator = sas_tasks.SASOperator
+    new_op = sas_operator.__new__
+    var_of = {atom: pairs[0][0] for atom, pairs in strips_to_sas.items()}
+    get = var_of.get
+    result: list = []
+    append = result.append
+    simplified = 0
+    for action in actions:
+        adds = action.add_effects
+        dels = action.del_effects
+        if any(cond for cond, _ in adds) or any(cond for cond, _ in dels):
+            result.extend(stock_operator(action, strips_to_sas, ranges, mutex_dict, mutex_ranges, implied_facts))
+            continue
+        condition: dict = {}
+        negatives = []
+        for fact in action.precondition:
+            if fact.negated:
+                negatives.append(fact)
+            else:
+                var = get(fact)
+                if var is not None:
+                    condition[var] = 0
+        impossible = False
+        for fact in negatives:
+            var = get(fact.positive())
+            if var is not None:
+                value = condition.get(var)
+                if value is None:
+                    condition[var] = 1
+                elif value == 0:
+                    impossible = True
+                    break
+        if impossible:
+            continue
+        pre_post = set()
+        n_adds: dict = {}
+        for _, fact in adds:
+            var = var_of[fact]
+            n_adds[var] = n_adds.get(var, 0) + 1
+        touched = []
+        for var, count in n_adds.items():
+            pre = condition.get(var, -1)
+            if pre != 0:
+                if count > 1:
+                    simplified += 1
+                pre_post.add((var, pre, 0, ()))
+                touched.append(var)
+        deleted: set = set()
+        for _, fact in dels:
+            var = var_of[fact]
+            if var in n_adds or var in deleted:
+                continue
+            deleted.add(var)
+            pre = condition.get(var, -1)
+            if pre != 1:
+                simplified += 1
+                pre_post.add((var, pre, 1, ()))
+                touched.append(var)
+        if not pre_post:
+            continue
+        for var in touched:
+            condition.pop(var, None)
+        op = new_op(sas_operator)
+        op.name = action.name
+        op.prevail = sorted(condition.items())
+        op.pre_post = [(var, pre, post, []) for var, pre, post, _ in sorted(pre_post)]
+        op.cost = action.cost
+        append(op)
+    translate_mod.simplified_effect_condition_counter += simplified
+    return result
+
+
+def _literals(condition: Any, conditions_mod: Any) -> "list | None":
+    """The literals a (normalised) condition instantiates, in order; None for a shape handled by the stock code."""
+    if isinstance(condition, conditions_mod.Truth):
+        return []
+    if isinstance(condition, conditions_mod.Literal):
+        return [condition]
+    if type(condition) is conditions_mod.Conjunction and all(isinstance(p, conditions_mod.Literal) for p in condition.parts):
+        return list(condition.parts)
+    return None
+
+
+def _compile_action(action: Any, conditions_mod: Any, effects_mod: Any, ns: dict) -> "Callable | None":
+    """A function of the action atom's arguments doing ``Action.instantiate``'s work, or None (stock code).
+
+    Literals are looked up as ``(predicate, args)`` keys in sets of the fluent and the initial facts (what
+    ``Atom.__eq__`` compares: all are ``Atom`` objects), so only the atoms that go into the ground action
+    are built. Handled: preconditions and effect conditions that are a literal, ``Truth`` or a conjunction
+    of literals, effects without their own parameters, the cost 1 of a task without the min-cost metric.
+    """
+    pre = _literals(action.precondition, conditions_mod)
+    if pre is None:
+        return None
+    effects = []
+    for eff in action.effects:
+        if type(eff) is not effects_mod.Effect or eff.parameters:
+            return None
+        cond = _literals(eff.condition, conditions_mod)
+        if cond is None or not isinstance(eff.literal, conditions_mod.Literal):
+            return None
+        effects.append((cond, eff.literal))
+    params = [p.name for p in action.parameters]
+    index = {name: i for i, name in enumerate(params)}
+    if len(index) != len(params):
+        return None
+    consts: list = []
+
+    def key(lit: Any) -> str:
+        parts = []
+        for arg in lit.args:
+            if arg in index:
+                parts.append(f"a[{index[arg]}]")
+            else:
+                consts.append(arg)
+                parts.append(f"K[{len(consts) - 1}]")
+        consts.append(lit.predicate)
+        return f"(K[{len(consts) - 1}], {_tuple_expr(parts)})"
+
+    lines = ["def f(a):", f"    if len(a) != {len(params)}: return SLOW", "    pre = []"]
+    for lit in pre:
+        lines.append(f"    k = {key(lit)}")
+        if lit.negated:
+            lines += ["    if k in FLUENT: pre.append(NEG(*k))", "    elif k in INIT: return None"]
+        else:
+            lines += ["    if k in FLUENT: pre.append(ATOM(*k))", "    elif k not in INIT: return None"]
+    lines.append("    eff = []")
+    for cond, lit in effects:
+        lines += ["    while True:", "        c = []"]
+        for clit in cond:
+            lines.append(f"        k = {key(clit)}")
+            if clit.negated:
+                lines += ["        if k in FLUENT: c.append(NEG(*k))", "        elif k in INIT: break"]
+            else:
+                lines += ["        if k in FLUENT: c.append(ATOM(*k))", "        elif k not in INIT: break"]
+        lines.append(f"        k = {key(lit)}")
+        if lit.negated:
+            lines += ["        if k in FLUENT: eff.append((c, NEG(*k)))", "        elif k in INIT: raise IMPOSSIBLE()"]
+        else:
+            lines += ["        if k in FLUENT: eff.append((c, ATOM(*k)))", "        elif k not in INIT: raise IMPOSSIBLE()"]
+        lines.append("        break")
+    n_ext = action.num_external_parameters
+    lines += ["    if not eff: return None",
+              f"    return PROP(NAME % ' '.join(a[:{n_ext}]), pre, eff, 1)"]
+    fns: dict = dict(ns, K=tuple(consts), NAME="(" + action.name.replace("%", "%%") + " %s)")
+    source = "\n".join(lines)
+    code = _CODE.get(source)
+    if code is None:  # a function of the action schema's shape: compiled once per process
+        code = _CODE[source] = compile(source, "<fast_translate action>", "exec")
+    exec(code, fns)  # noqa: S102 -- built from the action's own terms
+    return fns.pop("f")
+
+
+_SLOW = object()
+
+
+def instantiate(task: Any, model: list, stock: Callable) -> tuple:
+    """``instantiate.instantiate(task, model)``: the same ground actions and axioms, in the same order.
+
+    Actions go through :func:`_compile_action` (one function per action schema), others -- axioms,
+    actions of shapes it does not handle, tasks with the min-cost metric -- through the stock code.
+    """
+    from fast_downward.translate import instantiate as inst_mod
+    from fast_downward.translate import pddl
+    from fast_downward.translate.pddl import conditions as conditions_mod
+    from fast_downward.translate.pddl import effects as effects_mod
+
+    if task.use_min_cost_metric:
+        return stock(task, model)
+    relaxed_reachable = False
+    fluent_facts = inst_mod.get_fluent_facts(task, model)
+    init_facts = set()
+    init_assignments = {}
+    for element in task.init:
+        if isinstance(element, pddl.Assign):
+            init_assignments[element.fluent] = element.expression
+        else:
+            init_facts.add(element)
+    type_to_objects = inst_mod.get_objects_by_type(task.objects, task.types)
+    ns = {"FLUENT": {(f.predicate, f.args) for f in fluent_facts if type(f) is pddl.Atom},
+          "INIT": {(f.predicate, f.args) for f in init_facts if type(f) is pddl.Atom},
+          "ATOM": pddl.Atom, "NEG": pddl.NegatedAtom, "PROP": pddl.PropositionalAction,
+          "IMPOSSIBLE": conditions_mod.Impossible, "SLOW": _SLOW}
+    if len(ns["FLUENT"]) != len(fluent_facts) or len(ns["INIT"]) != len(init_facts):
+        return stock(task, model)  # not only Atom objects: the stock comparisons
+    compiled: dict = {}
+    action_cls, axiom_cls = pddl.Action, pddl.Axiom
+    instantiated_actions = []
+    instantiated_axioms = []
+    reachable_action_parameters: dict = inst_mod.defaultdict(list)
+    for atom in model:
+        predicate = atom.predicate
+        if isinstance(predicate, action_cls):
+            parameters = predicate.parameters
+            reachable_action_parameters[predicate].append(atom.args[:len(parameters)])
+            fn = compiled.get(predicate)
+            if fn is None:
+                fn = compiled[predicate] = _compile_action(predicate, conditions_mod, effects_mod, ns) or False
+            inst_action = fn(atom.args) if fn else _SLOW
+            if inst_action is _SLOW:
+                variable_mapping = {par.name: arg for par, arg in zip(parameters, atom.args)}
+                inst_action = predicate.instantiate(variable_mapping, init_facts, init_assignments, fluent_facts,
+                                                    type_to_objects, task.use_min_cost_metric)
+            if inst_action:
+                instantiated_actions.append(inst_action)
+        elif isinstance(predicate, axiom_cls):
+            variable_mapping = {par.name: arg for par, arg in zip(predicate.parameters, atom.args)}
+            inst_axiom = predicate.instantiate(variable_mapping, init_facts, fluent_facts)
+            if inst_axiom:
+                instantiated_axioms.append(inst_axiom)
+        elif predicate == "@goal-reachable":
+            relaxed_reachable = True
+    return (relaxed_reachable, fluent_facts, instantiated_actions,
+            sorted(instantiated_axioms), reachable_action_parameters)

@@ -61,6 +61,7 @@ import copy
 import gc
 import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
@@ -352,6 +353,27 @@ def install() -> None:
         instantiate.explore = while_translating(
             stock_explore, lambda task: fast_translate.explore(task, stock_compute_model))
         sas_tasks.SASOperator.output = while_translating(stock_operator_output, fast_translate.operator_output)
+        stock_instantiate = instantiate.instantiate
+        instantiate.instantiate = while_translating(
+            stock_instantiate, lambda task, model: fast_translate.instantiate(task, model, stock_instantiate))
+
+        saved_argv = sys.argv
+        sys.argv = ["translate.py", "domain", "task"]  # what pddl2sas sets: the options module parses argv on import
+        try:
+            from fast_downward.translate import translate as fd_translate
+        finally:
+            sys.argv = saved_argv
+
+        stock_strips_operators = fd_translate.translate_strips_operators
+
+        def strips_operators(actions, strips_to_sas, ranges, mutex_dict, mutex_ranges, implied_facts):
+            if fast_translate.binary_encoding(strips_to_sas, ranges, mutex_dict, mutex_ranges, implied_facts):
+                return fast_translate.translate_strips_operators(
+                    actions, strips_to_sas, ranges, mutex_dict, mutex_ranges, implied_facts,
+                    fd_translate.translate_strips_operator, fd_translate)
+            return stock_strips_operators(actions, strips_to_sas, ranges, mutex_dict, mutex_ranges, implied_facts)
+
+        fd_translate.translate_strips_operators = while_translating(stock_strips_operators, strips_operators)
 
         # 5. the game's grammar file (domain actions + text grammar), parsed on every game load
         stock_logic_parse = pddl_logic._parse_and_convert
