@@ -515,3 +515,148 @@ def instantiate(task: Any, model: list, stock: Callable) -> tuple:
             relaxed_reachable = True
     return (relaxed_reachable, fluent_facts, instantiated_actions,
             sorted(instantiated_axioms), reachable_action_parameters)
+
+
+def weight_graph_from_ops(graph: Any, operators: list) -> None:
+    """``variable_order.CausalGraph.weight_graph_from_ops``: the same weights and predecessors.
+
+    The edge counts are summed per (source, target) pair in a flat dict first (first-seen order, so the
+    nested dicts also get their keys in the stock order), then added to the graph once per pair.
+    """
+    counts: dict = {}
+    get = counts.get
+    for op in operators:
+        pre_post = op.pre_post
+        sources = [var for var, _ in op.prevail]
+        sources += [var for var, pre, _, _ in pre_post if pre != -1]
+        for target, _, _, cond in pre_post:
+            for source in (sources + [var for var, _ in cond]) if cond else sources:
+                if source != target:
+                    key = (source, target)
+                    counts[key] = get(key, 0) + 1
+    weighted, predecessors = graph.weighted_graph, graph.predecessor_graph
+    for (source, target), n in counts.items():
+        weighted[source][target] += n
+        predecessors[target].add(source)
+
+
+def sccs_adjacency_list(graph: Any) -> list:
+    """``sccs.get_sccs_adjacency_list``: the same iterative Tarjan, step for step, on local variables."""
+    indices: dict = {}
+    lowlinks: dict = {}
+    stack_indices: dict = {}
+    stack: list = []
+    sccs: list = []
+    current = 0
+    for vertex in range(len(graph)):
+        if vertex in indices:
+            continue
+        iter_stack = [(vertex, None, None, 0)]
+        pop, push = iter_stack.pop, iter_stack.append
+        while iter_stack:
+            v, w, succ_index, state = pop()
+            if state == 0:  # BEGIN
+                current += 1
+                indices[v] = lowlinks[v] = current
+                stack_indices[v] = len(stack)
+                stack.append(v)
+                push((v, None, 0, 1))
+            elif state == 1:  # CONTINUE
+                successors = graph[v]
+                if succ_index == len(successors):
+                    if lowlinks[v] == indices[v]:
+                        k = stack_indices[v]
+                        scc = stack[k:]
+                        del stack[k:]
+                        for n in scc:
+                            del stack_indices[n]
+                        sccs.append(scc)
+                else:
+                    w = successors[succ_index]
+                    if w not in indices:
+                        push((v, w, succ_index, 2))
+                        push((w, None, None, 0))
+                    else:
+                        if w in stack_indices:
+                            lowlinks[v] = min(lowlinks[v], indices[w])
+                        push((v, None, succ_index + 1, 1))
+            else:  # RETURN
+                lowlinks[v] = min(lowlinks[v], lowlinks[w])
+                push((v, None, succ_index + 1, 1))
+    sccs.reverse()
+    return sccs
+
+
+def apply_to_operators(order: Any, operators: list) -> None:
+    """``variable_order.VariableOrder._apply_to_operators``: the same renumbering, in comprehensions."""
+    new_var = order.new_var
+    new_ops = []
+    for op in operators:
+        pre_post = [(new_var[eff_var], pre, post, [(new_var[var], val) for var, val in cond if var in new_var])
+                    for eff_var, pre, post, cond in op.pre_post if eff_var in new_var]
+        if pre_post:
+            op.pre_post = pre_post
+            op.prevail = [(new_var[var], val) for var, val in op.prevail if var in new_var]
+            new_ops.append(op)
+    print("%s of %s operators necessary." % (len(new_ops), len(operators)))
+    operators[:] = new_ops
+
+
+def calculate_topological_pseudo_sort(graph: Any, sccs: list, max_dag_cls: type) -> None:
+    """``CausalGraph.calculate_topological_pseudo_sort``: the same order; SCC membership tested in a set.
+
+    (The stock code tests ``target in scc`` on the component's list: quadratic in the size of the large
+    component the binary encoding of an ALFWorld game has.)
+    """
+    weighted, goal_map, ordering = graph.weighted_graph, graph.goal_map, graph.ordering
+    for scc in sccs:
+        if len(scc) > 1:
+            members = set(scc)
+            subgraph: dict = {}
+            for var in scc:
+                subgraph_edges = subgraph.setdefault(var, [])
+                for target, cost in sorted(weighted[var].items()):
+                    if target in members:
+                        if target in goal_map:
+                            subgraph_edges.append((target, 100000 + cost))
+                        subgraph_edges.append((target, cost))
+            ordering.extend(max_dag_cls(_ListDefault(subgraph), scc).get_result())
+        else:
+            ordering.append(scc[0])
+
+
+class _ListDefault(dict):
+    """The ``defaultdict(list)`` the stock code hands to ``MaxDAG`` (which only reads it)."""
+
+    def __missing__(self, key: Any) -> list:
+        value = self[key] = []
+        return value
+
+
+def find_invariants(task: Any, reachable_action_params: Any, stock: Callable) -> Any:
+    """``invariant_finder.find_invariants``; with ``invariant_generation_max_candidates = 0`` (textworld's
+    setting in both its translations) there is no candidate to check, so none is checked: the stock code
+    would still build its ``BalanceChecker`` (a pass over every action and its reachable parameters,
+    whose result nothing reads). No invariant, no time limit reached: the result cannot depend on timing.
+    """
+    from fast_downward.translate import options
+
+    if options.invariant_generation_max_candidates == 0:
+        print("0 initial candidates")
+        return iter(())
+    return stock(task, reachable_action_params)
+
+
+def sort_groups(groups: list, stock: Callable) -> list:
+    """``fact_groups.sort_groups``: the same order, comparing the atoms' sort keys instead of the atoms.
+
+    For plain atoms with string predicates ``a == b`` holds exactly when ``a.key == b.key`` and ``a < b``
+    is ``a.key < b.key``, so lists of atoms and lists of their keys compare alike.
+    """
+    from fast_downward.translate import pddl
+
+    atom_cls = pddl.Atom
+    if not all(type(a) is atom_cls and type(a.predicate) is str for group in groups for a in group):
+        return stock(groups)
+    inner = [sorted(group, key=_literal_key) for group in groups]
+    return sorted(inner, key=lambda group: [a.key for a in group])

@@ -375,6 +375,25 @@ def install() -> None:
 
         fd_translate.translate_strips_operators = while_translating(stock_strips_operators, strips_operators)
 
+        from fast_downward.translate import sccs, variable_order
+
+        causal_graph_cls, order_cls = variable_order.CausalGraph, variable_order.VariableOrder
+        causal_graph_cls.weight_graph_from_ops = while_translating(
+            causal_graph_cls.weight_graph_from_ops, fast_translate.weight_graph_from_ops)
+        order_cls._apply_to_operators = while_translating(order_cls._apply_to_operators, fast_translate.apply_to_operators)
+        sccs.get_sccs_adjacency_list = while_translating(sccs.get_sccs_adjacency_list, fast_translate.sccs_adjacency_list)
+        causal_graph_cls.calculate_topological_pseudo_sort = while_translating(
+            causal_graph_cls.calculate_topological_pseudo_sort,
+            lambda graph, components: fast_translate.calculate_topological_pseudo_sort(graph, components, variable_order.MaxDAG))
+
+        from fast_downward.translate import fact_groups, invariant_finder
+
+        stock_find_invariants, stock_sort_groups = invariant_finder.find_invariants, fact_groups.sort_groups
+        invariant_finder.find_invariants = while_translating(
+            stock_find_invariants, lambda task, params: fast_translate.find_invariants(task, params, stock_find_invariants))
+        fact_groups.sort_groups = while_translating(
+            stock_sort_groups, lambda groups: fast_translate.sort_groups(groups, stock_sort_groups))
+
         # 5. the game's grammar file (domain actions + text grammar), parsed on every game load
         stock_logic_parse = pddl_logic._parse_and_convert
 
