@@ -14,8 +14,10 @@ On a generated invented-world corpus (the bundled benchmark's generator, scaled 
    time (wall clock per step, medians over the steps), as a share of the retriever's time (the issue's
    goal: < 10 %), for the lean retriever and, for reference, for the stock query path; alternating,
    ``--repeats`` times. The env keeps each passage's formatted text and hash piece in a table
-   (``PASSAGE_TABLE``) from the second time it meets it: the lean and stock rows empty the table first
-   (every passage is new to a repeat), the "met before" row plays the episodes twice unmeasured first.
+   (``PASSAGE_TABLE``) from the second time it meets it, and whole results whose passages it knows:
+   the lean and stock rows empty the table first (every passage is new to a repeat); the "same results
+   before" row plays the episodes twice unmeasured first (a GRPO group repeating a query); the
+   "passages met before" row does too, then forgets the whole results (known passages, new lists).
 """
 
 from __future__ import annotations
@@ -131,15 +133,17 @@ def main() -> int:
 
     episodes = questions[: args.episodes]
 
-    def overhead(inner, warm: bool = False) -> tuple[float, float, float]:
+    def overhead(inner, warm: str = "") -> tuple[float, float, float]:
         """Median env overhead per search step (step minus its retriever call) as % of the median
         retriever call, and both medians in us. Medians, because on a shared machine a few steps are
         interrupted by other jobs and their wall time says nothing about the code.
 
-        ``warm=False`` empties the env's table of formatted passages first, so every passage takes the
-        plain path the first time a repeat meets it (the conservative figure); ``warm=True`` first plays
-        the episodes twice unmeasured, so every passage is in the table (as when a GRPO group's rollouts
-        retrieve the same passages)."""
+        ``warm=""`` empties the env's table of formatted passages first, so every passage takes the
+        plain path the first time a repeat meets it (the conservative figure); ``warm="results"`` first
+        plays the episodes twice unmeasured, so every passage and every whole result is in the table (as
+        when a GRPO group's rollouts repeat a query); ``warm="passages"`` then forgets the whole results,
+        so every passage is known but each result is assembled from its pieces (popular passages met
+        in new combinations)."""
         PASSAGE_TABLE.clear()
         timed = Timed(inner)
         if warm:
@@ -150,6 +154,8 @@ def main() -> int:
                     for q in ex.oracle_queries:
                         env.step(f"<think>hop</think>\n<search> {q} </search>")
             env.close()
+            if warm == "passages":
+                PASSAGE_TABLE.clear(blocks_only=True)
         env = SearchQAEnv(dataset=str(tmp / "test.jsonl"), split="test", retriever=timed)
         extra, retrieval = [], []
         for ex in episodes:
@@ -166,14 +172,16 @@ def main() -> int:
         e, r = statistics.median(extra), statistics.median(retrieval)
         return 100 * e / r, 1e6 * e, 1e6 * r
 
-    res = {"lean": [], "stock": [], "lean-warm": []}
+    res = {"lean": [], "stock": [], "lean-passages": [], "lean-results": []}
+    warmth = {"lean-passages": "passages", "lean-results": "results"}
     for i in range(args.repeats):
-        for name in (("lean", "lean-warm", "stock") if i % 2 == 0 else ("stock", "lean", "lean-warm")):
-            res[name].append(overhead(stock if name == "stock" else lean, warm=name == "lean-warm"))
+        names = list(res) if i % 2 == 0 else list(res)[::-1]
+        for name in names:
+            res[name].append(overhead(stock if name == "stock" else lean, warm=warmth.get(name, "")))
     print(f"\nenv overhead per search step ({len(episodes)} oracle episodes, "
           f"{sum(len(ex.oracle_queries) for ex in episodes)} searches per repeat):")
-    for name, label in (("lean", "lean tokenizer (default)"), ("lean-warm", "lean, passages met before"),
-                        ("stock", "bm25s tokenizer (before)")):
+    for name, label in (("lean", "lean tokenizer (default)"), ("lean-passages", "lean, passages met before"),
+                        ("lean-results", "lean, same results before"), ("stock", "bm25s tokenizer (before)")):
         pct = [x[0] for x in res[name]]
         us = [x[1] for x in res[name]]
         ret = [x[2] for x in res[name]]

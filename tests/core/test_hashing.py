@@ -28,6 +28,26 @@ def test_normalisation_folds_spacing_and_unicode_composition():
     assert stable_hash("a b") != stable_hash("ab")
 
 
+_SPACES = " \n\t\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u2003"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(_SPACES + "ab<>\u00e9e\u0301")), max_size=40) | st.text(max_size=40))
+def test_normalisation_equals_split_join_of_nfc(text):
+    """The ASCII fast path (single spaces and newlines only) agrees with the definition on any text:
+    runs, tabs, CR, the \\x1c-\\x1f separators that str.split also splits on, and Unicode spaces."""
+    import unicodedata
+
+    assert normalize_text(text) == " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def test_normalisation_known_answers():
+    assert normalize_text("\n\n<information>Doc 1(Title: a) b\nDoc 2(Title: c) d\n</information>\n\n") == (
+        "<information>Doc 1(Title: a) b Doc 2(Title: c) d </information>")
+    assert normalize_text("a\x1cb") == "a b"  # str.split splits on the ASCII separators too
+    assert normalize_text("a \nb") == normalize_text("a\r\nb") == normalize_text("a\tb") == "a b"
+
+
 def test_hash_identical_in_another_process():
     code = "from stratagym.envs.core import stable_hash;import json,sys;print(json.dumps([stable_hash(t) for t in json.loads(sys.argv[1])]))"
     import json

@@ -136,7 +136,7 @@ def test_state_hash_is_the_hash_of_the_observation(contents):
     env = _ENV.get("env") or _ENV.setdefault("env", SearchQAEnv(split="test", topk=4))
     env.retriever = Given()
     env.reset(options={"task_index": 0})
-    for _ in range(3):  # the third time the passages come from the env's table of formatted passages
+    for _ in range(4):  # 3rd time: from the table of formatted passages; 4th: the whole result, kept
         obs, *_, info = env.step("<search> q </search>")
         assert info["state_hash"] == stable_hash(obs)
         assert info["context_hashes"][0] == info["state_hash"]
@@ -144,6 +144,29 @@ def test_state_hash_is_the_hash_of_the_observation(contents):
     table = PassageText()
     table.remember(contents)
     assert table.block(contents) == (obs, stable_hash(obs))  # built from the pieces
+
+
+def test_whole_results_are_kept_bounded_and_exact():
+    """A result met again is served whole; the store is bounded and ``clear(blocks_only=True)`` keeps
+    the passages' pieces. Every answer equals the plain formatting and hash."""
+    results = [["t1\nalpha", "t2\nbeta"], ["t2\nbeta", "t1\nalpha"], ["t3\ngamma  delta\n"]]
+
+    def plain(contents):
+        obs = information_block(format_passages(contents))
+        return obs, stable_hash(obs)
+
+    table = PassageText(max_blocks=2)
+    for contents in results:
+        table.remember(contents)
+    for _ in range(3):
+        for contents in results:
+            assert table.block(contents) == plain(contents)
+            assert len(table._blocks) <= 2  # the store starts over when full
+    first = table.block(results[0])
+    assert table.block(list(results[0])) is first  # served whole: the same object
+    table.clear(blocks_only=True)
+    assert not table._blocks and len(table) == 3
+    assert table.block(results[0]) == plain(results[0]) and table.block(results[0]) is not first
 
 
 _ENV: dict[str, SearchQAEnv] = {}

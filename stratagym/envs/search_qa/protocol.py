@@ -151,7 +151,11 @@ def format_prompt(question: str, template: str = PROMPT_TEMPLATE) -> str:
 
 def format_passages(contents: Sequence[str]) -> str:
     """Search-R1's ``_passages2string``: ``Doc i(Title: <first line>) <rest>`` per passage."""
-    return "".join(f"Doc {i + 1}{_passage_line(content)}" for i, content in enumerate(contents))
+    parts = []
+    for i, content in enumerate(contents, 1):
+        title, _, text = content.partition("\n")
+        parts += ("Doc ", str(i), "(Title: ", title, ") ", text, "\n")
+    return "".join(parts)
 
 
 def _passage_line(content: str) -> str:
@@ -167,7 +171,8 @@ class PassageText:
     block; passages recur (a group's rollouts, popular documents), so both are kept per passage
     contents, from the second time a passage is met (the first time costs what the plain path costs:
     a passage met once is only remembered as seen). Up to ``max_entries`` distinct passages; the
-    table starts over when full.
+    table starts over when full. A whole result whose passages were all met before is kept too (up to
+    ``max_blocks``), so a top-k list met again (a GRPO group's repeated query) is one lookup.
 
     :meth:`block` returns exactly ``information_block(format_passages(contents))`` and
     ``stable_hash`` of it, built from the pieces. That is exact because every piece boundary in the
@@ -177,18 +182,24 @@ class PassageText:
     arbitrary text).
     """
 
-    def __init__(self, max_entries: int = 1 << 16):
-        self.max_entries = int(max_entries)
+    def __init__(self, max_entries: int = 1 << 16, max_blocks: int = 1 << 12):
+        self.max_entries, self.max_blocks = int(max_entries), int(max_blocks)
         # contents -> (line after "Doc i", the same without trailing whitespace, its normalised UTF-8)
         self._pieces: dict[str, tuple[str, str, bytes]] = {}
         self._seen: set[str] = set()  # met once, not formatted yet
+        # Whole results (the tuple of contents) -> (observation, hash): the rollouts of a GRPO group ask
+        # the same questions, so the same top-k list recurs; one tuple lookup then replaces the join.
+        self._blocks: dict[tuple[str, ...], tuple[str, int]] = {}
 
     def __len__(self) -> int:
         return len(self._pieces)
 
-    def clear(self) -> None:
-        self._pieces.clear()
-        self._seen.clear()
+    def clear(self, *, blocks_only: bool = False) -> None:
+        """Forget everything (``blocks_only``: only the whole results, keeping the passages' pieces)."""
+        self._blocks.clear()
+        if not blocks_only:
+            self._pieces.clear()
+            self._seen.clear()
 
     def remember(self, contents: Sequence[str]) -> None:
         """Format these passages now (e.g. a corpus's most retrieved ones, or a benchmark's warm-up)."""
@@ -207,7 +218,7 @@ class PassageText:
                 if len(seen) >= self.max_entries:
                     seen.clear()
                 seen.add(content)
-        observation = information_block(format_passages(contents))
+        observation = "\n\n<information>" + format_passages(contents).strip() + "</information>\n\n"  # information_block
         return observation, stable_hash(observation)
 
     def _add(self, content: str) -> tuple[str, str, bytes]:
@@ -220,6 +231,10 @@ class PassageText:
 
     def block(self, contents: Sequence[str]) -> tuple[str, int]:
         """The observation for these passages and its ``stable_hash``."""
+        key = tuple(contents)
+        known = self._blocks.get(key)
+        if known is not None:
+            return known
         n = len(contents)
         if n == 0:
             return _EMPTY_BLOCK
@@ -237,8 +252,11 @@ class PassageText:
         shown[-1] = piece[1]
         shown.append("</information>\n\n")
         normal.append(b"</information>")
-        data = b"".join(normal)
-        return "\n\n<information>" + "".join(shown), _digest(data)
+        result = "\n\n<information>" + "".join(shown), _digest(b"".join(normal))
+        if len(self._blocks) >= self.max_blocks:
+            self._blocks.clear()
+        self._blocks[key] = result  # only results whose passages were all met before: no one-off results
+        return result
 
 
 #: "Doc i" prefixes (the block's text) and their normalised bytes (the hashed text: "<information>"
