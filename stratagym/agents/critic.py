@@ -28,7 +28,6 @@ Two critics, picked by :func:`build_critic` from the policy:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -38,18 +37,13 @@ import torch
 from torch import nn
 
 from stratagym.agents.policy import unwrap_model
+from stratagym.atomic import write_json_atomic
 from stratagym.errors import ConfigError
 
 __all__ = ["ScorerValueNet", "ScorerCritic", "LLMValueModel", "LLMCritic", "build_critic"]
 
 WEIGHTS_NAME = "critic.safetensors"
 CONFIG_NAME = "critic_config.json"
-
-
-def _atomic_json(path: Path, data: dict[str, Any]) -> None:
-    from stratagym.atomic import atomic_write
-
-    atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 class _CriticBase:
@@ -118,7 +112,7 @@ class ScorerCritic(_CriticBase):
         tmp = out / f".{WEIGHTS_NAME}.tmp"
         save_file(state, str(tmp))
         os.replace(tmp, out / WEIGHTS_NAME)
-        _atomic_json(out / CONFIG_NAME, {"type": "scorer", **self.options})
+        write_json_atomic(out / CONFIG_NAME, {"type": "scorer", **self.options})
 
     def load_pretrained(self, directory: str | os.PathLike[str]) -> None:
         from safetensors.torch import load_file
@@ -204,7 +198,7 @@ class LLMCritic(_CriticBase):
         tmp = out / f".{WEIGHTS_NAME}.tmp"
         save_file(head, str(tmp))
         os.replace(tmp, out / WEIGHTS_NAME)
-        _atomic_json(out / CONFIG_NAME, {"type": "llm", "source": self.source, "pad_token_id": self.pad_token_id})
+        write_json_atomic(out / CONFIG_NAME, {"type": "llm", "source": self.source, "pad_token_id": self.pad_token_id})
 
     def load_pretrained(self, directory: str | os.PathLike[str]) -> None:
         from safetensors.torch import load_file
