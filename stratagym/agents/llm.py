@@ -73,6 +73,11 @@ class LLMConfig:
     skip (G-1)/G of the prompt tokens); the same maths as scoring every row whole (equal up to float
     rounding, gradients included). Used on an unwrapped model only (not under DDP/FSDP, which expect one
     forward per backward) and not with gradient checkpointing; False always scores rows whole.
+    ``fused_scoring``: re-scoring of Llama/Qwen2 models runs through the fused training forward
+    (:mod:`stratagym.agents.fused_score`: q/k/v and gate/up as one matmul each, rotary in one pass,
+    matmul attention; the same maths, log-probs and gradients equal to the transformers forward up to
+    float rounding); same conditions as ``shared_prompt_scoring``, and other models (LoRA included) fall
+    back to the transformers forward. False always calls the transformers model.
     ``vllm`` / ``openai``: keyword arguments of those backends.
     """
 
@@ -92,6 +97,7 @@ class LLMConfig:
     logprob_chunk: Optional[int] = None
     fused_decode: bool = True
     shared_prompt_scoring: bool = True
+    fused_scoring: bool = True
     vllm: dict[str, Any] = field(default_factory=dict)
     openai: dict[str, Any] = field(default_factory=dict)
 
@@ -363,10 +369,23 @@ class LLMPolicy:
             return None
         return [torch.tensor(u, dtype=torch.long) for u in uniq], expand
 
+    def _fused_scorer(self) -> Any:
+        """The fused training forward over the model (:mod:`stratagym.agents.fused_score`), or None: off,
+        a wrapped model (DDP/FSDP expect their own forward), gradient checkpointing, or a model it does
+        not cover (then the transformers forward runs)."""
+        if not self.config.fused_scoring or self.config.gradient_checkpointing:
+            return None
+        if self.model is not unwrap_model(self.model):
+            return None
+        from stratagym.agents.fused_score import fused_scorer_for
+
+        return fused_scorer_for(self.model)
+
     def _score(self, payloads: Sequence[Any], with_entropy: bool) -> SequenceLogProbs:
+        scorer = self._fused_scorer()
         shared = self._shared_prompts(payloads)
         if shared is not None:
-            return self._score_shared(payloads, with_entropy, *shared)
+            return self._score_shared(payloads, with_entropy, *shared, scorer=scorer)
         device = self.device
         B = len(payloads)
         plen = torch.tensor([int(p["prompt_ids"].numel()) for p in payloads])
@@ -380,7 +399,7 @@ class LLMPolicy:
         cols = torch.arange(T, device=device)
         rl = rlen.to(device)
         mask = cols[None, :] < rl[:, None]
-        if _per_row_logits_to_keep():
+        if scorer is not None or _per_row_logits_to_keep():
             # RIGHT-padded, no attention mask: causal attention alone is exact for every real token (pads
             # come after them), positions are 0..L-1 as for an unpadded sequence, and SDPA takes its
             # causal fast path instead of a (B, 1, L, L) padding mask. Logits are taken only at the T
@@ -391,7 +410,10 @@ class LLMPolicy:
                 ids[i, n_p : n_p + n_r] = p["response_ids"]
             ids = ids.to(device)
             keep = ((plen.to(device) - 1)[:, None] + cols[None, :]).clamp(max=L - 2)
-            out = self.model(input_ids=ids, use_cache=False, logits_to_keep=keep)
+            if scorer is not None:
+                logits = scorer.whole_rows(ids, keep)
+            else:
+                logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
             labels = ids.gather(1, keep + 1)
             idx = None
         else:  # older transformers: LEFT-padded with a mask, logits at the last T positions
@@ -405,7 +427,7 @@ class LLMPolicy:
             out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
             labels = ids[:, L - T :]
             idx = ((T - rl)[:, None] + cols[None, :]).clamp(max=T - 1)  # right-aligned -> left-aligned
-        logits = out.logits[:, :-1] if idx is not None else out.logits
+            logits = out.logits[:, :-1]
         logits = logits.float()
         temp = self.config.temperature
         res = token_logprobs(logits, labels, temperature=temp, with_entropy=with_entropy, chunk_size=self.config.logprob_chunk)
@@ -421,7 +443,7 @@ class LLMPolicy:
 
 
     def _score_shared(self, payloads: Sequence[Any], with_entropy: bool, prompts: list[torch.Tensor],
-                      expand: list[int]) -> SequenceLogProbs:
+                      expand: list[int], scorer: Any = None) -> SequenceLogProbs:
         """:meth:`_score` with each distinct prompt run once. Pass 1 runs the prompts without their last
         token (left-padded, with their mask) and keeps their keys/values; the cache rows are then copied to
         the rows sharing each prompt (an index, so gradients of every row flow into the one prompt pass).
@@ -453,16 +475,20 @@ class LLMPolicy:
         attn = torch.cat([pre_attn[idx], torch.ones((B, T + 1), dtype=torch.long)], dim=1)
         pos = pre_len[idx][:, None] + torch.arange(T + 1)[None, :]
         pre_ids, pre_attn, pre_pos = pre_ids.to(device), pre_attn.to(device), pre_pos.to(device)
-        out = self.model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
-        cache.batch_select_indices(idx.to(device))
         cols = torch.arange(T, device=device)
-        keep = cols[None, :].expand(B, T)
-        out = self.model(input_ids=suf.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
-                         past_key_values=cache, use_cache=True, logits_to_keep=keep)
+        if scorer is not None:  # the last suffix token predicts nothing that is scored: not run
+            logits = scorer.shared_prompts(pre_ids, pre_attn, idx.to(device), suf[:, :T].to(device), pos[:, :T].to(device))
+        else:
+            out = self.model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True,
+                             logits_to_keep=1)
+            cache = out.past_key_values
+            cache.batch_select_indices(idx.to(device))
+            keep = cols[None, :].expand(B, T)
+            logits = self.model(input_ids=suf.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
+                                past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
         labels = suf[:, 1:].to(device)
         mask = cols[None, :] < rlen.to(device)[:, None]
-        res = token_logprobs(out.logits.float(), labels, temperature=self.config.temperature, with_entropy=with_entropy,
+        res = token_logprobs(logits.float(), labels, temperature=self.config.temperature, with_entropy=with_entropy,
                              chunk_size=self.config.logprob_chunk)
         lp, ent = (res if with_entropy else (res, None))
         lp = lp.masked_fill(~mask, 0.0)

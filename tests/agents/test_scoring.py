@@ -4,6 +4,7 @@ lengths, and both match a one-sequence-at-a-time forward."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import stratagym.agents.llm as llm
@@ -22,8 +23,8 @@ def _payloads() -> list[dict]:
 
 
 def test_right_and_left_padded_scoring_agree(monkeypatch):
-    path = tiny_lm_path()
-    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), temperature=0.7))
+    path = tiny_lm_path()  # the transformers layouts (the fused forward is compared in test_fused_score.py)
+    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), temperature=0.7, fused_scoring=False))
     pays = _payloads()
     results = {}
     for right in (True, False):
@@ -62,16 +63,17 @@ def _group_payloads() -> list[dict]:
     return out
 
 
-def test_shared_prompt_scoring_matches_whole_rows():
+@pytest.mark.parametrize("fused", [False, True], ids=["transformers", "fused"])
+def test_shared_prompt_scoring_matches_whole_rows(fused):
     """Each distinct prompt scored once, its KV cache reused by the rows sharing it: the same log-probs,
     entropies and gradients (including those flowing back through the shared prompt pass) as scoring
-    every row whole, and the path is really taken."""
+    every row whole, and the path is really taken (with the transformers forward and the fused one)."""
     path = tiny_lm_path()
     pays = _group_payloads()
     results = {}
     for shared in (True, False):
         pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), temperature=0.7,
-                                                               shared_prompt_scoring=shared))
+                                                               shared_prompt_scoring=shared, fused_scoring=fused))
         assert (pol._shared_prompts(pays) is not None) == shared
         res = pol.sequence_log_probs(pays, with_entropy=True)
         (res.logprobs * res.mask).sum().backward()
