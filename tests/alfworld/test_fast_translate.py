@@ -79,3 +79,98 @@ def test_sas_identical_to_stock_on_problems_with_facts_removed(data):
     dropped = set(data.draw(st.lists(st.sampled_from(fact_rows), max_size=len(fact_rows) // 2)))
     body = "\n".join(line for i, line in enumerate(lines) if i not in dropped)
     _check(head + sep + body + sep2 + tail, optimize=data.draw(st.booleans()))
+
+
+def _fd_modules():
+    import sys
+
+    saved = sys.argv
+    sys.argv = ["translate.py", "domain", "task"]  # fast-downward's options module parses argv on import
+    try:
+        from fast_downward.translate import fact_groups, pddl, sccs
+    finally:
+        sys.argv = saved
+    return fact_groups, pddl, sccs
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 30), edges=st.lists(st.tuples(st.integers(0, 29), st.integers(0, 29)), max_size=120))
+def test_sccs_identical_to_stock(n, edges):
+    """Tarjan on locals gives the stock components, in the stock order, each in the stock order."""
+    from stratagym.envs.alfworld import fast_translate
+
+    _, _, sccs = _fd_modules()
+    graph = [sorted({t for s, t in edges if s == v and t < n}) for v in range(n)]
+    assert fast_translate.sccs_adjacency_list(graph) == sccs.StronglyConnectedComponentComputation(graph).get_result()
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups=st.lists(st.lists(st.tuples(st.sampled_from(["at", "in", "on", "a$1"]),
+                                          st.lists(st.sampled_from(["x", "y", "z", "?X"]), max_size=3)),
+                                min_size=1, max_size=4), max_size=12))
+def test_sort_groups_identical_to_stock(groups):
+    from stratagym.envs.alfworld import fast_translate
+
+    fact_groups, pddl, _ = _fd_modules()
+    atoms = [[pddl.Atom(pred, args) for pred, args in group] for group in groups]
+    stock = fact_groups.sort_groups(atoms)
+    fast = fast_translate.sort_groups(atoms, fact_groups.sort_groups)
+    assert [[(a.predicate, a.args) for a in g] for g in fast] == [[(a.predicate, a.args) for a in g] for g in stock]
+    mixed = atoms + [[pddl.NegatedAtom("at", ("x",))]]  # not only plain atoms: the stock sort
+    assert fast_translate.sort_groups(mixed, lambda g: "stock") == "stock"
+
+
+def test_no_invariant_synthesis_work_when_it_is_off(monkeypatch):
+    """With 0 candidates (both of textworld's translations) the balance checker is never built; same SAS."""
+    import sys
+
+    domain, _ = logic_files()
+    _, problem = _problems(sample=True)[1]
+    stock_sas = _translate(domain, problem, fast=False, optimize=False)[1]
+    saved = sys.argv
+    sys.argv = ["translate.py", "domain", "task"]
+    try:
+        from fast_downward.translate import invariant_finder
+    finally:
+        sys.argv = saved
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("BalanceChecker built with invariant synthesis off")
+
+    monkeypatch.setattr(invariant_finder, "BalanceChecker", refuse)
+    assert _translate(domain, problem, fast=True, optimize=False)[1] == stock_sas
+
+
+def test_translation_is_deterministic_across_processes(tmp_path):
+    """Two interpreters with different string hashing (set orders) write the same SAS text as stock here."""
+    import subprocess
+    import sys
+
+    domain, _ = logic_files()
+    problems = [p for _, p in _problems(sample=True)[:3]]
+    script = (
+        "import sys, hashlib\n"
+        "sys.argv = ['translate.py', 'domain', 'task']\n"
+        "import fast_downward\n"
+        "from stratagym.envs.alfworld import speedups\n"
+        "from stratagym.envs.alfworld.games import logic_files, load_records, problem_pddl\n"
+        "from pathlib import Path\n"
+        "domain, _ = logic_files()\n"
+        "h = hashlib.sha256()\n"
+        f"for path in sorted(Path({str(tmp_path)!r}).glob('*.pddl')):\n"
+        "    for opt in (False, True):\n"
+        "        with speedups.active(disk_cache=False):\n"
+        "            h.update(fast_downward.pddl2sas(domain, path.read_text(), optimize=opt)[1].encode())\n"
+        "print(h.hexdigest())\n"
+    )
+    import hashlib
+
+    expected = hashlib.sha256()
+    for i, problem in enumerate(problems):
+        (tmp_path / f"{i}.pddl").write_text(problem)
+        for opt in (False, True):
+            expected.update(_translate(domain, problem, fast=False, optimize=opt)[1].encode())
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, STRATAGYM_ALFWORLD_DISK_CACHE="0")
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expected.hexdigest()

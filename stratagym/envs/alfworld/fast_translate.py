@@ -40,6 +40,7 @@ __all__ = ["binary_encoding", "compute_model", "explore", "instantiate", "operat
 
 
 _CODE: dict[str, Any] = {}  # generated source -> compiled code (a function of the rule's shape only)
+_SHAPES: dict[tuple, tuple] = {}  # a (rule, condition) shape -> (maker of its function, values of the shape)
 
 
 _literal_key = operator.attrgetter("key")
@@ -73,20 +74,45 @@ def _tuple_expr(exprs: list[str]) -> str:
 
 
 def _compile(rule: Any, cond_index: int, push_ns: dict, join_cls: type, product_cls: type) -> Callable[[tuple], None]:
-    """One function doing ``rule.update_index`` then ``rule.fire`` for an atom matching condition ``cond_index``."""
-    cond = rule.conditions[cond_index]
-    arity = len(cond.args)
+    """One function doing ``rule.update_index`` then ``rule.fire`` for an atom matching condition ``cond_index``.
+
+    The code depends only on the rule's shape (its kind, the arguments of its conditions and effect): it is
+    built and compiled once per shape into a maker, which closes it over this rule's own tables.
+    """
+    kind = "join" if isinstance(rule, join_cls) else "product" if isinstance(rule, product_cls) else "project"
     template = tuple(rule.effect.args)
-    ns = dict(push_ns, T=template, P=rule.effect.predicate, ARITY=arity, product=itertools.product)
+    shape = (kind, cond_index, tuple(tuple(c.args) for c in rule.conditions), template,
+             tuple(rule.common_var_positions[cond_index]) if kind == "join" else None)
+    entry = _SHAPES.get(shape)
+    if entry is None:
+        entry = _SHAPES[shape] = _make_maker(rule, cond_index, kind, template)
+    make, shape_values = entry
+    ns = dict(push_ns, T=template, P=rule.effect.predicate, **shape_values)
+    if kind == "join":
+        index = rule.__dict__.setdefault("_fast_index", ({}, {}))  # atoms_by_key, for argument tuples
+        ns["MINE"], ns["OTHER"] = index[cond_index], index[1 - cond_index]
+    elif kind == "product":
+        lists = getattr(rule, "_fast_lists", None)
+        if lists is None:
+            lists = rule._fast_lists = [[] for _ in rule.conditions]
+            rule._fast_empty = [len(rule.conditions)]
+        ns["LISTS"], ns["MYLIST"], ns["EMPTY"] = lists, lists[cond_index], rule._fast_empty
+    # a closure over this rule's tables: nothing refers back to the function, so the model's tuples, sets
+    # and indexes are freed by reference counting when the translation is done
+    return make(**ns)
+
+
+def _make_maker(rule: Any, cond_index: int, kind: str, template: tuple) -> tuple[Callable, dict]:
+    """(maker, the values that depend on the shape only) for one shape of (rule, condition)."""
+    cond = rule.conditions[cond_index]
+    values: dict = {"ARITY": len(cond.args), "product": itertools.product, "slow": _unsupported}
     mine = _writes(cond.args)
     lines = ["def f(a):", "    if len(a) != ARITY: return slow(a)"]
-    if isinstance(rule, join_cls):
-        other_index = 1 - cond_index
-        other = rule.conditions[other_index]
-        key_mine = rule.common_var_positions[cond_index]
-        key = _tuple_expr([f"a[{p}]" for p in key_mine])
-        index = rule.__dict__.setdefault("_fast_index", ({}, {}))  # atoms_by_key, for argument tuples
-        ns["MINE"], ns["OTHER"] = index[cond_index], index[other_index]
+    names = ["T", "P", "seen", "seen_add", "queue_append", "cnt"]
+    if kind == "join":
+        other = rule.conditions[1 - cond_index]
+        key = _tuple_expr([f"a[{p}]" for p in rule.common_var_positions[cond_index]])
+        names += ["MINE", "OTHER"]
         exprs = _effect_exprs(template, ("a", mine), ("o", _writes(other.args)))
         lines += [
             f"    k = {key}",
@@ -102,16 +128,12 @@ def _compile(rule: Any, cond_index: int, push_ns: dict, join_cls: type, product_
             "            seen_add(e)",
             "            queue_append(e)",
         ]
-    elif isinstance(rule, product_cls):
-        lists = getattr(rule, "_fast_lists", None)
-        if lists is None:
-            lists = rule._fast_lists = [[] for _ in rule.conditions]
-            rule._fast_empty = [len(rule.conditions)]
-        ns["LISTS"], ns["MYLIST"], ns["EMPTY"] = lists, lists[cond_index], rule._fast_empty
+    elif kind == "product":
+        names += ["LISTS", "MYLIST", "EMPTY"]
         others = [pos for pos in range(len(rule.conditions)) if pos != cond_index]
-        ns["FACTORS_POS"] = others
-        ns["OTHER_WRITES"] = [_writes(rule.conditions[pos].args) for pos in others]
-        ns["MINE_WRITES"] = mine
+        values["FACTORS_POS"] = others
+        values["OTHER_WRITES"] = [_writes(rule.conditions[pos].args) for pos in others]
+        values["MINE_WRITES"] = mine
         lines += [
             "    if not MYLIST: EMPTY[0] -= 1",
             "    MYLIST.append(a)",
@@ -136,15 +158,11 @@ def _compile(rule: Any, cond_index: int, push_ns: dict, join_cls: type, product_
             "        seen_add(e)",
             "        queue_append(e)",
         ]
-    ns["slow"] = _unsupported
-    source = "\n".join(lines)
-    code = _CODE.get(source)
-    if code is None:  # the same few dozen shapes recur in every problem of a domain: compile each once
-        code = _CODE[source] = compile(source, "<fast_translate rule>", "exec")
-    exec(code, ns)  # noqa: S102 -- code built from the rule's integer positions only
-    # popped, so the function and its globals do not form a cycle: the model's tuples, sets and indexes
-    # the namespace holds are freed by reference counting when the translation is done
-    return ns.pop("f")
+    params = sorted(names + list(values))
+    source = "\n".join([f"def make({', '.join(params)}):"] + ["    " + line for line in lines] + ["    return f"])
+    scope: dict = {}
+    exec(compile(source, "<fast_translate rule>", "exec"), scope)  # noqa: S102 -- from the rule's integer positions only
+    return scope["make"], values
 
 
 class _Unsupported(Exception):
