@@ -44,6 +44,7 @@ _SHAPES: dict[tuple, tuple] = {}  # a (rule, condition) shape -> (maker of its f
 
 
 _literal_key = operator.attrgetter("key")
+_first = operator.itemgetter(0)
 
 
 class _ArgsView:
@@ -293,8 +294,11 @@ def binary_encoding(strips_to_sas: dict, ranges: list, mutex_dict: dict, mutex_r
         return (len(dictionary) == len(rngs) and all(r == 2 for r in rngs)
                 and all(len(pairs) == 1 and pairs[0][1] == 0 for pairs in dictionary.values()))
 
+    from fast_downward.translate import pddl
+
     return (singletons(strips_to_sas, ranges) and singletons(mutex_dict, mutex_ranges)
-            and strips_to_sas.keys() == mutex_dict.keys() and not any(implied_facts.values()))
+            and strips_to_sas.keys() == mutex_dict.keys() and not any(implied_facts.values())
+            and all(type(atom) is pddl.Atom for atom in strips_to_sas))
 
 
 def translate_strips_operators(actions: list, strips_to_sas: dict, ranges: list, mutex_dict: dict,
@@ -321,7 +325,8 @@ def translate_strips_operators(actions: list, strips_to_sas: dict, ranges: list,
 
     sas_operator = sas_tasks.SASOperator
     new_op = sas_operator.__new__
-    var_of = {atom: pairs[0][0] for atom, pairs in strips_to_sas.items()}
+    # looked up by (predicate, args): what Atom equality compares, the keys being plain atoms (checked)
+    var_of = {(atom.predicate, atom.args): pairs[0][0] for atom, pairs in strips_to_sas.items()}
     get = var_of.get
     result: list = []
     append = result.append
@@ -329,7 +334,7 @@ def translate_strips_operators(actions: list, strips_to_sas: dict, ranges: list,
     for action in actions:
         adds = action.add_effects
         dels = action.del_effects
-        if any(cond for cond, _ in adds) or any(cond for cond, _ in dels):
+        if any(map(_first, adds)) or any(map(_first, dels)):  # a conditional effect
             result.extend(stock_operator(action, strips_to_sas, ranges, mutex_dict, mutex_ranges, implied_facts))
             continue
         condition: dict = {}
@@ -338,12 +343,12 @@ def translate_strips_operators(actions: list, strips_to_sas: dict, ranges: list,
             if fact.negated:
                 negatives.append(fact)
             else:
-                var = get(fact)
+                var = get((fact.predicate, fact.args))
                 if var is not None:
                     condition[var] = 0
         impossible = False
         for fact in negatives:
-            var = get(fact.positive())
+            var = get((fact.predicate, fact.args))
             if var is not None:
                 value = condition.get(var)
                 if value is None:
@@ -356,7 +361,7 @@ def translate_strips_operators(actions: list, strips_to_sas: dict, ranges: list,
         pre_post = set()
         n_adds: dict = {}
         for _, fact in adds:
-            var = var_of[fact]
+            var = var_of[fact.predicate, fact.args]
             n_adds[var] = n_adds.get(var, 0) + 1
         touched = []
         for var, count in n_adds.items():
@@ -368,7 +373,7 @@ def translate_strips_operators(actions: list, strips_to_sas: dict, ranges: list,
                 touched.append(var)
         deleted: set = set()
         for _, fact in dels:
-            var = var_of[fact]
+            var = var_of[fact.predicate, fact.args]
             if var in n_adds or var in deleted:
                 continue
             deleted.add(var)
@@ -445,7 +450,7 @@ def _compile_action(action: Any, conditions_mod: Any, effects_mod: Any, ns: dict
             lines += ["    if k in FLUENT: pre.append(NEG(*k))", "    elif k in INIT: return None"]
         else:
             lines += ["    if k in FLUENT: pre.append(ATOM(*k))", "    elif k not in INIT: return None"]
-    lines.append("    eff = []")
+    lines.append("    adds, dels = [], []")
     for cond, lit in effects:
         lines += ["    while True:", "        c = []"]
         for clit in cond:
@@ -456,13 +461,21 @@ def _compile_action(action: Any, conditions_mod: Any, effects_mod: Any, ns: dict
                 lines += ["        if k in FLUENT: c.append(ATOM(*k))", "        elif k not in INIT: break"]
         lines.append(f"        k = {key(lit)}")
         if lit.negated:
-            lines += ["        if k in FLUENT: eff.append((c, NEG(*k)))", "        elif k in INIT: raise IMPOSSIBLE()"]
+            lines += ["        if k in FLUENT: dels.append((c, k))", "        elif k in INIT: raise IMPOSSIBLE()"]
         else:
-            lines += ["        if k in FLUENT: eff.append((c, ATOM(*k)))", "        elif k not in INIT: raise IMPOSSIBLE()"]
+            lines += ["        if k in FLUENT: adds.append((c, ATOM(*k)))", "        elif k not in INIT: raise IMPOSSIBLE()"]
         lines.append("        break")
     n_ext = action.num_external_parameters
-    lines += ["    if not eff: return None",
-              f"    return PROP(NAME % ' '.join(a[:{n_ext}]), pre, eff, 1)"]
+    # PropositionalAction(name, pre, effects, 1): the add effects, then each delete effect (as its positive
+    # atom) that is not also an add effect with the same condition
+    lines += ["    if not adds and not dels: return None",
+              "    p = NEW(PROP)",
+              f"    p.name = NAME % ' '.join(a[:{n_ext}])",
+              "    p.precondition = pre",
+              "    p.add_effects = adds",
+              "    p.del_effects = [e for e in [(c, ATOM(*k)) for c, k in dels] if e not in adds]",
+              "    p.cost = 1",
+              "    return p"]
     fns: dict = dict(ns, K=tuple(consts), NAME="(" + action.name.replace("%", "%%") + " %s)")
     source = "\n".join(lines)
     code = _CODE.get(source)
@@ -500,7 +513,7 @@ def instantiate(task: Any, model: list, stock: Callable) -> tuple:
     type_to_objects = inst_mod.get_objects_by_type(task.objects, task.types)
     ns = {"FLUENT": {(f.predicate, f.args) for f in fluent_facts if type(f) is pddl.Atom},
           "INIT": {(f.predicate, f.args) for f in init_facts if type(f) is pddl.Atom},
-          "ATOM": pddl.Atom, "NEG": pddl.NegatedAtom, "PROP": pddl.PropositionalAction,
+          "ATOM": pddl.Atom, "NEG": pddl.NegatedAtom, "PROP": pddl.PropositionalAction, "NEW": object.__new__,
           "IMPOSSIBLE": conditions_mod.Impossible, "SLOW": _SLOW}
     if len(ns["FLUENT"]) != len(fluent_facts) or len(ns["INIT"]) != len(init_facts):
         return stock(task, model)  # not only Atom objects: the stock comparisons
