@@ -691,3 +691,20 @@ def sort_groups(groups: list, stock: Callable) -> list:
         return stock(groups)
     inner = [sorted(group, key=_literal_key) for group in groups]
     return sorted(inner, key=lambda group: [a.key for a in group])
+
+
+def variables_output(variables: Any, stream: Any) -> None:
+    """``SASVariables.output``: the same text, written at once."""
+    parts = [f"{len(variables.ranges)}\n"]
+    for var, (rang, axiom_layer, values) in enumerate(zip(variables.ranges, variables.axiom_layers,
+                                                          variables.value_names)):
+        assert rang == len(values), (rang, values)
+        parts.append(f"begin_variable\nvar{var}\n{axiom_layer!s}\n{rang!s}\n")
+        parts.extend(f"{value!s}\n" for value in values)
+        parts.append("end_variable\n")
+    stream.write("".join(parts))
+
+
+def init_output(init: Any, stream: Any) -> None:
+    """``SASInit.output``: the same text, written at once."""
+    stream.write("begin_state\n" + "".join(f"{val!s}\n" for val in init.values) + "end_state\n")

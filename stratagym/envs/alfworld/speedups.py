@@ -353,6 +353,8 @@ def install() -> None:
         instantiate.explore = while_translating(
             stock_explore, lambda task: fast_translate.explore(task, stock_compute_model))
         sas_tasks.SASOperator.output = while_translating(stock_operator_output, fast_translate.operator_output)
+        sas_tasks.SASVariables.output = while_translating(sas_tasks.SASVariables.output, fast_translate.variables_output)
+        sas_tasks.SASInit.output = while_translating(sas_tasks.SASInit.output, fast_translate.init_output)
         stock_instantiate = instantiate.instantiate
         instantiate.instantiate = while_translating(
             stock_instantiate, lambda task, model: fast_translate.instantiate(task, model, stock_instantiate))
