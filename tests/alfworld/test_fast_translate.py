@@ -59,12 +59,13 @@ def test_sas_identical_to_stock_on_sample_of_games(name, problem, optimize):
 
 
 if os.environ.get("STRATAGYM_ALFWORLD_ALL_GAMES"):
-    # All 180 bundled games take ~3 min, so they are collected only on request (no skipped tests in the
+    # All 180 bundled games in both modes take ~5 min, so they are collected only on request (no skipped tests in the
     # suite that could hide a regression): STRATAGYM_ALFWORLD_ALL_GAMES=1 pytest tests/alfworld/test_fast_translate.py
     @pytest.mark.slow
+    @pytest.mark.parametrize("optimize", [False, True])
     @pytest.mark.parametrize("name, problem", _problems(sample=False), ids=lambda x: x if "/" in str(x) else "")
-    def test_sas_identical_to_stock_on_every_bundled_game(name, problem):
-        assert "begin_operator" in _check(problem, optimize=False)
+    def test_sas_identical_to_stock_on_every_bundled_game(name, problem, optimize):
+        assert "begin_operator" in _check(problem, optimize=optimize)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

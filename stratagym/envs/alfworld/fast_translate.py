@@ -1,33 +1,43 @@
-"""Faster drop-ins for the two hottest generic loops of fast-downward's Python translator, same output.
+"""Faster drop-ins for the generic loops of fast-downward's Python translator, same output.
 
 A reset into a game the process has never seen is dominated by one PDDL -> SAS translation
-(``fast_downward.pddl2sas``). Profiled per stage on bundled games (one thread, ~240 ms a translation):
-the Datalog model computation (relaxed reachability, ``build_model.compute_model``) ~95 ms, grounding
-the reachable actions ~50 ms, translating them to SAS operators ~45 ms, variable reordering ~15 ms,
-writing the SAS text ~12 ms, the rest (parsing, normalising, the Datalog program, fact groups) ~25 ms.
-Nothing in there is a function of the domain alone worth caching: the Datalog rules are built from the
-domain's schemas *and* the problem's goal and constants (~8 ms in all), invariant synthesis is off
-(``invariant_generation_max_candidates = 0`` in both of textworld's translations), and the rest is
-per-problem work.
-
-This module makes two of those loops cheaper without changing their results:
+(``fast_downward.pddl2sas``). Stock, on bundled games (one thread, ~190-240 ms a translation): the
+Datalog model (relaxed reachability, ``build_model.compute_model``) ~40%, grounding the reachable
+actions ~15%, translating them to SAS operators ~15%, variable reordering ~6%, writing the SAS text
+~5%, the rest (parsing, normalising, the Datalog program, fact groups) ~10%. Nothing in there is a
+function of the domain alone worth caching: the Datalog rules are built from the domain's schemas
+*and* the problem's goal and constants, and the rest is per-problem work. So this module makes the
+per-problem loops cheaper, each giving exactly the stock result:
 
 * :func:`compute_model` evaluates the same Datalog program with the same algorithm as
   ``build_model.compute_model`` -- a FIFO queue of derived atoms, each popped atom matched against the
   rule conditions by fast-downward's own ``Unifier`` in the same order, join/product/project rules
-  fired in the same order -- but each (rule, condition) is compiled once into a small Python function
-  that works on argument tuples (the generic version re-reads the rule's variable positions with
-  ``zip``/``isinstance`` for every atom and builds an ``Atom`` object for every derived fact,
-  auxiliary ones included). The atoms come out in the same order, so the model list -- and everything
-  built from it (ground actions, their order, the SAS text) -- is the same.
-* :func:`operator_output` writes one SAS operator as one string instead of ~20 ``print`` calls.
+  fired in the same order -- but each (rule, condition) runs a small function on argument tuples,
+  generated and compiled once per rule *shape* per process and closed over the rule's tables; the atoms
+  come out in the same order, so the model list and everything built from it is the same.
+  :func:`explore` turns only the model atoms the grounding reads into ``Atom`` objects.
+* :func:`instantiate` grounds each action schema with one compiled function that looks literals up as
+  ``(predicate, args)`` keys, building only the atoms that go into the ground action.
+* :func:`find_invariants`: invariant synthesis is off in both of textworld's translations
+  (``invariant_generation_max_candidates = 0``), so the balance checker the stock code still builds is
+  skipped (nothing reads it). With no candidate, its time limit is never consulted: no output can
+  depend on timing. :func:`sort_groups` sorts the fact groups by the atoms' keys (same order).
+* :func:`translate_strips_operators`: with no invariants every fact is its own binary variable
+  (:func:`binary_encoding`, checked); the SAS operator of an action without conditional effects is then
+  built directly (the generic DNF machinery reduces to a few rules, listed there); others, and any other
+  encoding, go through the stock code.
+* variable order: :func:`weight_graph_from_ops` (edge counts summed per pair),
+  :func:`sccs_adjacency_list` (the same iterative Tarjan on local variables),
+  :func:`calculate_topological_pseudo_sort` (SCC membership in a set, not a list),
+  :func:`apply_to_operators`;
+* the SAS text: :func:`operator_output`, :func:`variables_output`, :func:`init_output` write each
+  section at once instead of a ``print`` per line.
 
-* :func:`explore` turns only the model atoms the grounding reads into ``Atom`` objects.
-
-``tests/alfworld/test_fast_translate.py`` checks the SAS text is byte-identical to the stock
-translator's on a sample of bundled games and on problems with init facts removed, and on all 180
-bundled games with ``STRATAGYM_ALFWORLD_ALL_GAMES=1``; ``benchmarks/alfworld_translate.py`` times the
-stages.
+``tests/alfworld/test_fast_translate.py`` checks the SAS text (and the parsed task) is byte-identical to
+the stock translator's in both translation modes on a sample of bundled games, on problems with init
+facts removed, in interpreters with different hash seeds, and on all 180 bundled games with
+``STRATAGYM_ALFWORLD_ALL_GAMES=1``; the helpers are compared with the stock ones on random inputs;
+``benchmarks/alfworld_translate.py`` times the stages.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ grammar's symbol classes, and
 * defers 6 until ``replan`` is first called on that state (fast-downward's library only stores the
   optimised SAS text in ``load_sas_replan`` and reads it in ``replan``);
 * runs what is left of 4 for a game the process has not seen (one translation) faster with the same
-  output: the Datalog model and the SAS operators' text via :mod:`.fast_translate`, and without the
+  output: the Datalog model, grounding, fact groups, SAS operators, variable order and SAS text via
+  :mod:`.fast_translate` (active only inside that translation), and without the
   cyclic garbage collector walking the whole process's heap during that burst of allocations
   (:func:`_gc_paused`).
 
@@ -333,7 +334,7 @@ def install() -> None:
 
         fast_downward.pddl2sas = pddl2sas
 
-        # 4b. inside that translation: the Datalog model and the SAS operators' text, same results faster
+        # 4b. inside that translation: its generic loops (see fast_translate), same results faster
         from fast_downward.translate import build_model, instantiate, sas_tasks
 
         from stratagym.envs.alfworld import fast_translate
