@@ -7,9 +7,12 @@ decode step, ~10x the cost of the maths. :class:`FusedDecoder` runs the *same* c
 ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` (RMSNorm in fp32, rotary embeddings, grouped-query SDPA,
 SiLU-gated MLP, tied or untied head) as plain torch functions over the model's own parameters:
 
-* the q/k/v and gate/up projections are concatenated once per ``generate`` call (one matmul each);
+* the q/k/v and gate/up projections are concatenated once per ``generate`` call (one matmul each),
+  stored transposed (``(in, out)``, the layout MKL streams fastest at a few rows per step), with the
+  RMSNorm weights folded into the matrices that follow them in fp32 (``(x * r * w) @ W.T == (x * r) @
+  (W * w).T``);
 * keys and values live in a preallocated ``(B, kv_heads, capacity, head_dim)`` cache written in place,
-  with a boolean key mask instead of a rebuilt 4-D float mask;
+  with an additive key mask updated in place instead of a rebuilt 4-D mask;
 * identical prompts (the G copies of a group rollout) are prefilled once and their cache rows copied.
 
 It is exact, not an approximation: the trainer re-scores samples with the transformers model and the
@@ -77,8 +80,8 @@ def fused_decoder_for(model: torch.nn.Module) -> Optional["FusedDecoder"]:
 
 @dataclass
 class _Layer:
-    ln1: torch.Tensor
-    ln2: torch.Tensor
+    ln1: Optional[torch.Tensor]
+    ln2: Optional[torch.Tensor]
     w_qkv: torch.Tensor
     b_qkv: Optional[torch.Tensor]
     w_o: torch.Tensor
@@ -123,27 +126,44 @@ class FusedDecoder:
         self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
         self.dtype = self.embed.dtype
         self.device = self.embed.device
+        # fp32: RMSNorm weights are folded into the matrices that follow them (the same products up to
+        # float rounding); other dtypes round the normed activations first, as transformers does
+        self.fold = self.dtype == torch.float32
         self.layers: list[_Layer] = []
         for layer in inner.layers:
             a, m = layer.self_attn, layer.mlp
+            ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+            w_qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+            w_gu = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+            if self.fold:  # (x * r * ln) @ W.T == (x * r) @ (W * ln).T: one op less per norm
+                w_qkv, w_gu, ln1, ln2 = w_qkv * ln1, w_gu * ln2, None, None
+            # weights stored transposed, (in, out) contiguous: at a few rows per step the product reads
+            # every weight once, and MKL streams this layout faster than the (out, in) one
             self.layers.append(_Layer(
-                ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
-                w_qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj), w_o=a.o_proj.weight, b_o=a.o_proj.bias,
-                w_gu=torch.cat([m.gate_proj.weight, m.up_proj.weight]), b_gu=_cat_bias(m.gate_proj, m.up_proj),
-                w_down=m.down_proj.weight, b_down=m.down_proj.bias,
+                ln1=ln1, ln2=ln2, w_qkv=w_qkv.t().contiguous(), b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
+                w_o=a.o_proj.weight.t().contiguous(), b_o=a.o_proj.bias, w_gu=w_gu.t().contiguous(),
+                b_gu=_cat_bias(m.gate_proj, m.up_proj), w_down=m.down_proj.weight.t().contiguous(),
+                b_down=m.down_proj.bias,
             ))
+        self.head_t = (self.head_w * self.norm if self.fold else self.head_w).t().contiguous()
         self._kv: list[torch.Tensor] = []
-        self._key_mask = torch.zeros(0, 0, dtype=torch.bool)
+        self._key_bias = torch.zeros(0, 0)
         self._pos = torch.zeros(0, dtype=torch.long)
         self._n = self._n0 = 0
         self._step_cos: Optional[torch.Tensor] = None
         self._step_sin: Optional[torch.Tensor] = None
 
     # ---- pieces of the transformers forward ----------------------------------------------------------
-    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if self.dtype == torch.float32:  # one fused op; equal to the expression below up to rounding
-            return F.rms_norm(x, (x.shape[-1],), w, self.eps)
+    @staticmethod
+    def _linear(x: torch.Tensor, w_t: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+        """``F.linear`` with the weight given transposed, (in, out)."""
+        x2 = x.reshape(-1, x.shape[-1])
+        y = torch.mm(x2, w_t) if b is None else torch.addmm(b, x2, w_t)
+        return y.view(*x.shape[:-1], w_t.shape[1])
+
+    def _rms(self, x: torch.Tensor, w: Optional[torch.Tensor]) -> torch.Tensor:
+        if w is None:  # fp32, weight folded into the next matrix
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * h.to(self.dtype)
@@ -166,7 +186,7 @@ class FusedDecoder:
 
     def _forward(self, x: torch.Tensor, pos: torch.Tensor, start: int, mask: torch.Tensor, rows: Optional[torch.Tensor]) -> torch.Tensor:
         """``x``: (N, S, H) embeddings at cache slots ``start..start+S``; ``pos``: (N, S) rotary positions;
-        ``mask``: bool (N, 1, S, start+S). With ``rows`` (B,), the new keys/values of row ``rows[b]`` go to
+        ``mask``: bool or additive float (N, 1, S, start+S). With ``rows`` (B,), the new keys/values of row ``rows[b]`` go to
         cache row b (prefill of shared prompts). Returns the last position's final hidden state (N, H)."""
         N, S, _ = x.shape
         nh, nkv, hd = self.nh, self.nkv, self.hd
@@ -180,7 +200,7 @@ class FusedDecoder:
         end = start + S
         for li, L in enumerate(self.layers):
             h = self._rms(x, L.ln1)
-            qkv = F.linear(h, L.w_qkv, L.b_qkv).view(N, S, nh + 2 * nkv, hd).transpose(1, 2)
+            qkv = self._linear(h, L.w_qkv, L.b_qkv).view(N, S, nh + 2 * nkv, hd).transpose(1, 2)
             qkv = qkv * cos + qkv.roll(half, -1) * sin  # rotary on q and k; v unchanged
             q, kv = qkv[:, :nh], qkv[:, nh:]
             cache = self._kv[li]
@@ -192,14 +212,14 @@ class FusedDecoder:
                 keys, values = kv[:, :nkv], kv[:, nkv:]  # the unique prompts attend to their own keys
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
                                                enable_gqa=nh != nkv)
-            x = x + F.linear(o.transpose(1, 2).reshape(N, S, nh * hd), L.w_o, L.b_o)
+            x = x + self._linear(o.transpose(1, 2).reshape(N, S, nh * hd), L.w_o, L.b_o)
             h = self._rms(x, L.ln2)
-            g, u = F.linear(h, L.w_gu, L.b_gu).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(g) * u, L.w_down, L.b_down)
-        return self._rms(x[:, -1], self.norm)
+            g, u = self._linear(h, L.w_gu, L.b_gu).chunk(2, dim=-1)
+            x = x + self._linear(F.silu(g) * u, L.w_down, L.b_down)
+        return self._rms(x[:, -1], None if self.fold else self.norm)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, self.head_w, self.head_b)
+        return self._linear(h, self.head_t, self.head_b)
 
     # ---- public -------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -219,8 +239,9 @@ class FusedDecoder:
         # a padded query sees only itself: a fully masked row would give NaN and leak into the cache
         mask = (causal[None] & attn[:, None, :]) | torch.eye(P, dtype=torch.bool, device=dev)[None]
         h = self._forward(F.embedding(ids, self.embed), pos, 0, mask[:, None], expand)
-        self._key_mask = torch.zeros((B, capacity), dtype=torch.bool, device=dev)
-        self._key_mask[:, :P] = attn[expand]
+        # additive key mask (0 / -inf) kept up to date in place: SDPA would convert a boolean one per layer
+        self._key_bias = torch.full((B, capacity), float("-inf"), dtype=self.dtype, device=dev)
+        self._key_bias[:, :P].masked_fill_(attn[expand], 0.0)
         self._pos = pos[expand, -1] + 1
         self._n = self._n0 = P
         # rotary rows of every future decode step, gathered once: (B, steps, heads, 1, hd)
@@ -232,13 +253,13 @@ class FusedDecoder:
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token per row (B,) and return the next-token logits (B, V)."""
-        if self._n >= self._key_mask.shape[1]:
+        if self._n >= self._key_bias.shape[1]:
             raise RuntimeError("fused decoder cache is full")
         B = tokens.shape[0]
         slot = self._n
-        self._key_mask[:, slot] = True
+        self._key_bias[:, slot] = 0.0
         self._n += 1
         x = F.embedding(tokens.view(B, 1), self.embed)
-        h = self._forward(x, self._pos.view(B, 1), slot, self._key_mask[:, None, None, : self._n], None)
+        h = self._forward(x, self._pos.view(B, 1), slot, self._key_bias[:, None, None, : self._n], None)
         self._pos = self._pos + 1
         return self._logits(h)
