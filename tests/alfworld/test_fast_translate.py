@@ -175,3 +175,46 @@ def test_translation_is_deterministic_across_processes(tmp_path):
         env = dict(os.environ, PYTHONHASHSEED=seed, STRATAGYM_ALFWORLD_DISK_CACHE="0")
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == expected.hexdigest()
+
+
+def test_split_rules_replayed_identical_to_stock():
+    """A rule split recorded on one problem and replayed on others gives the stock rules and fresh names."""
+    import sys
+
+    from stratagym.envs.alfworld import fast_translate
+
+    saved = sys.argv
+    sys.argv = ["translate.py", "domain", "task"]
+    try:
+        from fast_downward.translate import normalize, pddl_to_prolog
+        from fast_downward.translate import split_rules as fd_split_rules
+        from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+    finally:
+        sys.argv = saved
+    domain, _ = logic_files()
+
+    def program(problem: str):
+        task = parsing_functions.parse_task(lisp_parser.parse_nested_list(domain.split("\n")),
+                                            lisp_parser.parse_nested_list(problem.split("\n")))
+        normalize.normalize(task)
+        prog = pddl_to_prolog.PrologProgram()
+        pddl_to_prolog.translate_facts(prog, task)
+        for conditions, effect in normalize.build_exploration_rules(task):
+            prog.add_rule(pddl_to_prolog.Rule(conditions, effect))
+        prog.normalize()
+        return prog
+
+    def dump(prog) -> list:  # an action or axiom predicate by its name: the two programs have their own objects
+        def atom(a):
+            return type(a).__name__, a.predicate if isinstance(a.predicate, str) else a.predicate.name, a.args
+
+        return [(atom(r.effect), [atom(c) for c in r.conditions], getattr(r, "type", None)) for r in prog.rules]
+
+    fast_translate._SPLITS.clear()
+    for _, problem in _problems(sample=True)[:4]:
+        stock, fast = program(problem), program(problem)
+        stock.split_rules()
+        fast_translate.split_rules(fast, fd_split_rules.split_rule)
+        assert dump(fast) == dump(stock)
+        assert next(fast.new_name) == next(stock.new_name)  # as many names drawn
+    assert fast_translate._SPLITS  # the later problems replayed recorded splits

@@ -718,3 +718,105 @@ def variables_output(variables: Any, stream: Any) -> None:
 def init_output(init: Any, stream: Any) -> None:
     """``SASInit.output``: the same text, written at once."""
     stream.write("begin_state\n" + "".join(f"{val!s}\n" for val in init.values) + "end_state\n")
+
+
+_SPLITS: dict = {}  # a rule's content -> how fast-downward split it (see split_rules)
+_SPLITS_MAX = 4096
+
+
+class _RecordingNames:
+    """Hands out the program's fresh predicate names (``p$N``) and records which ones a split drew."""
+
+    __slots__ = ("names", "source")
+
+    def __init__(self, source: Any) -> None:
+        self.source, self.names = source, []
+
+    def __iter__(self) -> "_RecordingNames":
+        return self
+
+    def __next__(self) -> str:
+        name = next(self.source)
+        self.names.append(name)
+        return name
+
+
+def split_rules(prog: Any, stock_split_rule: Callable) -> None:
+    """``PrologProgram.split_rules``: the same rules, each rule's split computed once per process.
+
+    ``split_rules.split_rule`` (connected components, then fast-downward's greedy join order) is a
+    function of the rule's content -- its conditions' classes, predicates and arguments in order, its
+    effect's arguments -- and of the fresh names (``p$0``, ``p$1``, ...) it draws, in order, from the
+    program's counter. The same schemas give the same rules in every problem of a domain, so a split is
+    recorded with its names as placeholders and replayed with the names drawn now, as many as the stock
+    split draws (the last join's name is drawn and then replaced by the rule's own effect, as in
+    ``greedy_join``). The rule's own effect atom keeps its predicate (an action or axiom object of this
+    task). Rules with a condition on such an object (the effect rules of actions: one condition, no
+    split) and rules the stock split returns in another form run the stock code.
+    """
+    new_rules: list = []
+    for rule in prog.rules:
+        new_rules += _split_rule(rule, prog, stock_split_rule)
+    prog.rules = new_rules
+
+
+def _split_rule(rule: Any, prog: Any, stock_split_rule: Callable) -> list:
+    from fast_downward.translate import pddl, pddl_to_prolog
+
+    effect = rule.effect
+    conditions = rule.conditions
+    atom_classes = (pddl.Atom, pddl.NegatedAtom)
+    if (type(effect) not in atom_classes or any(type(c) not in atom_classes or type(c.predicate) is not str
+                                                for c in conditions)):
+        return stock_split_rule(rule, prog.new_name)
+    effect_key = effect.predicate if type(effect.predicate) is str else None
+    key = (type(effect), effect_key, effect.args, tuple((type(c), c.predicate, c.args) for c in conditions))
+    recipe = _SPLITS.get(key)
+    if recipe is None:
+        names = _RecordingNames(prog.new_name)
+        result = stock_split_rule(rule, names)
+        recipe = _recipe(result, effect, names.names)
+        if recipe is not None and len(_SPLITS) < _SPLITS_MAX:
+            _SPLITS[key] = recipe
+        return result
+    n_names, rules = recipe
+    drawn = [next(prog.new_name) for _ in range(n_names)]
+    out = []
+    for (eff_cls, eff_pred, eff_args), conds, rule_type in rules:
+        new = pddl_to_prolog.Rule(
+            [cls(drawn[pred] if type(pred) is int else pred, args) for cls, pred, args in conds],
+            effect if eff_cls is None else eff_cls(drawn[eff_pred] if type(eff_pred) is int else eff_pred, eff_args))
+        if rule_type is not _NO_TYPE:
+            new.type = rule_type
+        out.append(new)
+    return out
+
+
+_NO_TYPE = object()
+
+
+def _recipe(result: list, effect: Any, names: list) -> "tuple | None":
+    """(names drawn, per rule: effect, conditions, type) with drawn names as their index; None: not replayable."""
+    from fast_downward.translate import pddl_to_prolog
+
+    index = {name: i for i, name in enumerate(names)}
+    if len(index) != len(names):
+        return None
+    rules = []
+    for rule in result:
+        if type(rule) is not pddl_to_prolog.Rule or set(vars(rule)) - {"conditions", "effect", "type"}:
+            return None
+        parts = []
+        for atom in rule.conditions:
+            if type(atom.predicate) is not str:
+                return None
+            parts.append((type(atom), index.get(atom.predicate, atom.predicate), atom.args))
+        eff = rule.effect
+        if eff is effect:
+            eff_part = (None, None, None)  # the rule's own effect atom, as in the stock split
+        elif type(eff.predicate) is str:
+            eff_part = (type(eff), index.get(eff.predicate, eff.predicate), eff.args)
+        else:
+            return None
+        rules.append((eff_part, parts, getattr(rule, "type", _NO_TYPE)))
+    return len(names), rules

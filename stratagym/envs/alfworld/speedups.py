@@ -389,7 +389,12 @@ def install() -> None:
             causal_graph_cls.calculate_topological_pseudo_sort,
             lambda graph, components: fast_translate.calculate_topological_pseudo_sort(graph, components, variable_order.MaxDAG))
 
-        from fast_downward.translate import fact_groups, invariant_finder
+        from fast_downward.translate import fact_groups, invariant_finder, pddl_to_prolog
+        from fast_downward.translate import split_rules as fd_split_rules
+
+        prolog_cls = pddl_to_prolog.PrologProgram
+        prolog_cls.split_rules = while_translating(
+            prolog_cls.split_rules, lambda prog: fast_translate.split_rules(prog, fd_split_rules.split_rule))
 
         stock_find_invariants, stock_sort_groups = invariant_finder.find_invariants, fact_groups.sort_groups
         invariant_finder.find_invariants = while_translating(
