@@ -21,7 +21,7 @@ backward, clip + optimizer step, and ``other`` (the rest of the step). The phase
 each trainer's own methods (:class:`PhaseClock`), so the split costs nothing when not benchmarking.
 
     OMP_NUM_THREADS=1 python benchmarks/trainer.py [--repeats 3] [--steps 8] [--hidden 64|256]
-        [--model data/checkpoints/sft-searchqa] [--no-fused] [--no-shared-prompts]
+        [--model data/checkpoints/sft-searchqa] [--no-fused] [--no-shared-prompts] [--no-fused-scoring]
 
 Timings on a shared, loaded machine swing; compare the ratio, run it a few times.
 """
@@ -82,7 +82,8 @@ def _register_env() -> str:
     return env_id
 
 
-def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True, shared: bool = True):
+def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True, shared: bool = True,
+                   fused_scoring: bool = True):
     from stratagym.training.config import RecipeConfig
     from stratagym.training.trainer import Trainer
 
@@ -90,7 +91,7 @@ def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused
     cfg = RecipeConfig.from_dict({
         "name": "bench",
         "policy": {"model": model_path, "max_new_tokens": max_new, "memory_k": 0, "template": "plain", "temperature": 1.0,
-                   "fused_decode": fused, "shared_prompt_scoring": shared},
+                   "fused_decode": fused, "shared_prompt_scoring": shared, "fused_scoring": fused_scoring},
         "env": {"id": env_id},
         "rollout": {"group_size": 8, "tasks_per_step": 2},
         "algorithm": {"estimator": "grpo"},
@@ -210,8 +211,8 @@ def summarise_stratagym(rows: list[dict], times: list[float]) -> dict:
 
 
 def bench_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True,
-                    shared: bool = True) -> dict:
-    trainer = make_stratagym(model_path, steps, warmup, max_new, fused, shared)
+                    shared: bool = True, fused_scoring: bool = True) -> dict:
+    trainer = make_stratagym(model_path, steps, warmup, max_new, fused, shared, fused_scoring)
     clock = instrument_stratagym(trainer)
     rows, times = [], []
     for i in range(steps + warmup):
@@ -329,6 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-fused", action="store_true", help="stratagym samples through the transformers forward")
     ap.add_argument("--no-shared-prompts", action="store_true",
                     help="stratagym re-scores every row whole (policy.shared_prompt_scoring: false)")
+    ap.add_argument("--no-fused-scoring", action="store_true",
+                    help="stratagym re-scores through the transformers forward (policy.fused_scoring: false)")
     ap.add_argument("--trl-cache", default=None, help="TRL's generation cache_implementation (e.g. static)")
     ap.add_argument("--sequential", action="store_true",
                     help="all stratagym steps, then all TRL steps (default: one stratagym step after each TRL step, "
@@ -348,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
         ours = theirs = None
         if args.only is None and not args.sequential:
             trainer = make_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused,
-                                     shared=not args.no_shared_prompts)
+                                     shared=not args.no_shared_prompts, fused_scoring=not args.no_fused_scoring)
             clock = instrument_stratagym(trainer)
             theirs = bench_trl(path, args.steps, args.warmup, args.max_new, cache=args.trl_cache, paired=trainer,
                                paired_clock=clock)
@@ -363,7 +366,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{min(theirs['step_ratios']):.2f}x .. {max(theirs['step_ratios']):.2f}x", flush=True)
         elif args.only in (None, "stratagym"):
             ours = bench_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused,
-                                   shared=not args.no_shared_prompts)
+                                   shared=not args.no_shared_prompts, fused_scoring=not args.no_fused_scoring)
             print(f"{tag}stratagym GRPO step: {ours['step_s'] * 1000:8.1f} ms  ({ours['tokens']:.0f} tokens/step; rollout "
                   f"{ours['rollout_s'] * 1000:.1f} ms, {ours['tokens_per_s']:.0f} generated tokens/s, "
                   f"env share of rollout {ours['env_share'] * 100:.2f}%)", flush=True)
