@@ -4,11 +4,14 @@ A reset into a game the process has never seen is dominated by one PDDL -> SAS t
 (``fast_downward.pddl2sas``). Stock, on bundled games (one thread, ~190-240 ms a translation): the
 Datalog model (relaxed reachability, ``build_model.compute_model``) ~40%, grounding the reachable
 actions ~15%, translating them to SAS operators ~15%, variable reordering ~6%, writing the SAS text
-~5%, the rest (parsing, normalising, the Datalog program, fact groups) ~10%. Nothing in there is a
-function of the domain alone worth caching: the Datalog rules are built from the domain's schemas
-*and* the problem's goal and constants, and the rest is per-problem work. So this module makes the
-per-problem loops cheaper, each giving exactly the stock result:
+~5%, the rest (parsing, normalising, the Datalog program, fact groups) ~10%. Little in there is a
+function of the domain alone: the Datalog rules are built from the domain's schemas *and* the problem's
+goal and constants, and the rest is per-problem work -- except how each Datalog rule is split into joins,
+which depends on the rule alone and recurs in every problem of a domain. So this module makes the
+per-problem loops cheaper and reuses the splits, each giving exactly the stock result:
 
+* :func:`split_rules` records how fast-downward splits each rule once per process and replays it with
+  the fresh predicate names drawn now (same rules, same names, same order);
 * :func:`compute_model` evaluates the same Datalog program with the same algorithm as
   ``build_model.compute_model`` -- a FIFO queue of derived atoms, each popped atom matched against the
   rule conditions by fast-downward's own ``Unifier`` in the same order, join/product/project rules

@@ -126,7 +126,8 @@ def clear_caches(*, games_only: bool = False) -> None:
     """Empty the caches and zero the counters.
 
     ``games_only=True`` forgets what is specific to single games (translations, grammar files) and
-    keeps what every game of a domain shares (text templates, queries, the parsed domain grammar):
+    keeps what every game of a domain shares (text templates, queries, the parsed domain grammar, the
+    translator's recorded rule splits):
     the state of a long-running process meeting a game for the first time (the benchmark's "cold").
     """
     _SAS_CACHE.clear()
@@ -134,6 +135,9 @@ def clear_caches(*, games_only: bool = False) -> None:
     if not games_only:
         _PARSE_CACHE.clear()
         _QUERY_CACHE.clear()
+        from stratagym.envs.alfworld import fast_translate
+
+        fast_translate._SPLITS.clear()  # the recorded Datalog rule splits (shared by a domain's games)
         for text in _TEMPLATES:
             _TEMPLATES[text] = None
     for k in _stats:
