@@ -20,7 +20,9 @@ It is exact maths, not an approximation: log-probs and gradients equal the trans
 float rounding (``tests/agents/test_fused_score.py`` pins both to 1e-5 on hand-made Llama and Qwen2
 models, with padding and shared prompts). Models the fused decoder does not cover (other architectures,
 LoRA/peft wrappers, quantised layers, sliding windows, dynamic RoPE), models with attention dropout in
-training mode, forward hooks, or an active autocast fall back to the transformers forward:
+training mode, forward hooks, an active autocast, models off the CPU (it materialises the attention
+scores, which GPU kernels avoid) and batches whose scores would pass :attr:`FusedScorer.max_score_bytes`
+fall back to the transformers forward:
 :func:`fused_scorer_for` returns None and :func:`scoring_unsupported_reason` says why.
 """
 
@@ -51,7 +53,10 @@ def scoring_unsupported_reason(model: torch.nn.Module) -> Optional[str]:
         return "gradient checkpointing"
     if any(_has_hooks(m) for m in model.modules()):
         return "forward hooks on the model"
-    if torch.is_autocast_enabled(model.lm_head.weight.device.type):
+    dev = model.lm_head.weight.device.type
+    if dev != "cpu":  # it materialises the attention scores, where GPU kernels (flash) do not
+        return f"device {dev} (the fused scoring forward is for CPU)"
+    if torch.is_autocast_enabled(dev):
         return "autocast is active"
     return None
 
@@ -72,6 +77,10 @@ class FusedScorer:
         logits = sc.shared_prompts(pre_ids, pre_attn, expand, suf_ids, pos) # prompts run once
     """
 
+    #: the attention probabilities of all layers (kept for the backward) may take this many bytes; larger
+    #: batches (long sequences) are scored by the transformers forward, whose SDPA does not keep them
+    max_score_bytes = 1 << 30
+
     def __init__(self, model: torch.nn.Module):
         cfg = model.config
         self.model = model
@@ -82,6 +91,11 @@ class FusedScorer:
         self.scaling = self.hd**-0.5
         self.eps = float(cfg.rms_norm_eps)
         self.rope_scale = float(getattr(self.inner.rotary_emb, "attention_scaling", 1.0))
+
+    def fits(self, rows: int, queries: int, keys: int) -> bool:
+        """Whether attention over ``rows`` x ``queries`` x ``keys`` stays within :attr:`max_score_bytes`."""
+        item = self.inner.embed_tokens.weight.element_size()
+        return rows * self.nh * queries * keys * len(self.inner.layers) * item <= self.max_score_bytes
 
     # ---- pieces ----------------------------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

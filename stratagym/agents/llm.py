@@ -76,8 +76,10 @@ class LLMConfig:
     ``fused_scoring``: re-scoring of Llama/Qwen2 models runs through the fused training forward
     (:mod:`stratagym.agents.fused_score`: q/k/v and gate/up as one matmul each, rotary in one pass,
     matmul attention; the same maths, log-probs and gradients equal to the transformers forward up to
-    float rounding); same conditions as ``shared_prompt_scoring``, and other models (LoRA included) fall
-    back to the transformers forward. False always calls the transformers model.
+    float rounding), for rows scored whole and shared prompts alike; used on an unwrapped model on CPU
+    without gradient checkpointing, for batches whose attention scores fit in 1 GiB; other models (LoRA
+    included), GPUs and longer batches use the transformers forward. False always calls the transformers
+    model.
     ``vllm`` / ``openai``: keyword arguments of those backends.
     """
 
@@ -394,6 +396,8 @@ class LLMPolicy:
             raise ValueError("every payload needs at least one response token")
         total = plen + rlen
         L, T = int(total.max()), int(rlen.max())
+        if scorer is not None and not scorer.fits(B, L, L):
+            scorer = None  # long rows: the transformers forward (SDPA keeps no attention scores)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((B, L), pad, dtype=torch.long)
         cols = torch.arange(T, device=device)
@@ -465,6 +469,8 @@ class LLMPolicy:
         if int(rlen.min()) < 1:
             raise ValueError("every payload needs at least one response token")
         T = int(rlen.max())
+        if scorer is not None and not scorer.fits(B, T, P + T):
+            scorer = None  # long rows: the transformers forward (SDPA keeps no attention scores)
         idx = torch.tensor(expand, dtype=torch.long)
         suf = torch.full((B, T + 1), pad, dtype=torch.long)
         for i, p in enumerate(payloads):

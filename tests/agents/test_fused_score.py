@@ -192,3 +192,28 @@ def test_fallbacks():
     assert "hooks" in scoring_unsupported_reason(bare)
     handle.remove()
     assert fused_scorer_for(bare) is not None
+    with torch.device("meta"):  # off the CPU (GPU kernels need no materialised scores): transformers
+        off_cpu = _tiny_llama(False, False, 2)
+    assert "device" in scoring_unsupported_reason(off_cpu)
+
+
+def test_batches_too_large_for_the_score_budget_use_the_transformers_forward(monkeypatch):
+    """The fused forward keeps every layer's attention probabilities for the backward; batches past
+    ``max_score_bytes`` are scored by the transformers forward, with the same results."""
+    path = str(tiny_lm_path())
+    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=path))
+    sc = pol._fused_scorer()
+    assert sc.fits(16, 64, 128) and not sc.fits(64, 4096, 4096)
+    calls = []
+    real = FusedScorer.whole_rows, FusedScorer.shared_prompts
+    monkeypatch.setattr(FusedScorer, "whole_rows", lambda self, *a: calls.append("whole") or real[0](self, *a))
+    monkeypatch.setattr(FusedScorer, "shared_prompts", lambda self, *a: calls.append("shared") or real[1](self, *a))
+    results = []
+    for budget in (1 << 30, 1):
+        monkeypatch.setattr(FusedScorer, "max_score_bytes", budget)
+        with torch.no_grad():
+            results.append((pol.sequence_log_probs(_whole_payloads()).logprobs,
+                            pol.sequence_log_probs(_group_payloads()).logprobs))
+    assert calls == ["whole", "shared"]  # the second round went to the transformers forward
+    for a, b in zip(*results):
+        assert float((a - b).abs().max()) < 1e-5
