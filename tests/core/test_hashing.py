@@ -89,3 +89,12 @@ def test_equal_histories_equal_hashes(h1, h2):
     for level in range(min(len(c1), len(c2))):
         same = h1[-(level + 1):] == h2[-(level + 1):]
         assert (c1[level] == c2[level]) == same
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab \n\t\r\x00\x07\x0b\x1b\x1f\x7f")), max_size=30))
+def test_control_characters_removed_as_the_regex_does(text):
+    """The scan that skips the regex when there is nothing to remove agrees with the regex itself."""
+    from stratagym.envs.core import _CONTROL_CHARS, _without_controls
+
+    assert _without_controls(text) == _CONTROL_CHARS.sub("", text)

@@ -80,3 +80,30 @@ def test_formatting_matches_search_r1():
     prompt = format_prompt("Who rules Kubae")
     assert prompt.endswith("Question: Who rules Kubae?\n")
     assert question_from_prompt(prompt) == "Who rules Kubae?"
+
+
+_TAG_PIECES = ["<search>", "</search>", "<answer>", "</answer>", "<search", "answer>", "</", "<", ">", "q", " ", "\n"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_TAG_PIECES), max_size=12).map("".join) | st.text(max_size=30))
+def test_action_finder_is_the_search_r1_pattern(text):
+    """The str.find scan returns what Search-R1's pattern (``<(search|answer)>(.*?)</\\1>``, DOTALL,
+    first match) returns, on tag soups: unclosed, mismatched, nested and repeated tags."""
+    from stratagym.envs.search_qa.protocol import _ACTION, _first_action
+
+    m = _ACTION.search(text)
+    assert _first_action(text) == ((m.group(1), m.group(2)) if m else (None, ""))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("<answer>a<search>q</search>", ("search", "q")),  # the unclosed answer is skipped
+    ("<search>a<search>b</search>", ("search", "a<search>b")),  # lazy: up to the first closing tag
+    ("<search>x</answer><answer>y</answer>", ("answer", "y")),
+    ("<search></search>", ("search", "")),
+    ("</search><search>", (None, "")),
+])
+def test_action_finder_known_answers(text, expected):
+    from stratagym.envs.search_qa.protocol import _first_action
+
+    assert _first_action(text) == expected

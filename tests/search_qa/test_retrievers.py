@@ -157,7 +157,10 @@ def test_top_k_positive_matches_a_full_sort(k):
         hit = rng.random(n) < 0.3
         scores[hit] = np.round(rng.random(hit.sum()) * 4, 0) + 0.5 * (rng.random(hit.sum()) < 0.5)  # many ties
         expected = sorted(((i, float(s)) for i, s in enumerate(scores) if s > 0), key=lambda t: (-t[1], t[0]))[:k]
+        kept = scores.copy()
         assert top_k_positive(scores, k) == expected
+        assert np.array_equal(scores, kept)  # the default leaves the caller's vector alone
+        assert top_k_positive(scores, k, overwrite=True) == expected  # marks picks in place: same answer
 
 
 def test_corpus_hash_is_stamped_per_machine_and_redone_when_the_file_changes(tmp_path, small_corpus_path, monkeypatch):

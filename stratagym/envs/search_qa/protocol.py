@@ -130,15 +130,38 @@ def parse_turn(text: str, *, max_query_chars: int | None = None, accept_unclosed
     if accept_unclosed_tags:
         text = close_unclosed_tag(text)
     response = cut_response(text)
-    m = _ACTION.search(response)
-    if m is None:
+    kind, query = _first_action(response)
+    if kind is None:
         return "invalid", _NO_ACTION, response
-    if m.group(1) == "answer":
+    if kind == "answer":
         return "answer", _ANSWER.findall(response)[-1].strip(), response
-    query = m.group(2).strip()
+    query = query.strip()
     if max_query_chars is not None and len(query) > max_query_chars:
         return "invalid", f"the search query is too long ({len(query)} > {max_query_chars} characters)", response
     return "search", query, response
+
+
+def _first_action(text: str) -> tuple[str | None, str]:
+    """``_ACTION.search(text)``'s (tag, content), or (None, "") without a match, found with ``str.find``.
+
+    The same leftmost-first match: the earliest ``<search>``/``<answer>`` that a closing tag of the same
+    name follows, and its content up to the first such closing tag (the lazy ``.*?``); an opening tag
+    with no closing after it is skipped. Why not the regex: a step that runs right after a retrieval
+    finds the regex engine's code evicted from the cache (a hypothesis test checks the equivalence).
+    """
+    start = 0
+    while True:
+        search, answer = text.find("<search>", start), text.find("<answer>", start)
+        if search < 0 and answer < 0:
+            return None, ""
+        if answer < 0 or 0 <= search < answer:
+            at, tag, close = search, "search", "</search>"
+        else:
+            at, tag, close = answer, "answer", "</answer>"
+        end = text.find(close, at + 8)
+        if end >= 0:
+            return tag, text[at + 8:end]
+        start = at + 1
 
 
 def format_prompt(question: str, template: str = PROMPT_TEMPLATE) -> str:
@@ -152,9 +175,9 @@ def format_prompt(question: str, template: str = PROMPT_TEMPLATE) -> str:
 def format_passages(contents: Sequence[str]) -> str:
     """Search-R1's ``_passages2string``: ``Doc i(Title: <first line>) <rest>`` per passage."""
     parts = []
-    for i, content in enumerate(contents, 1):
+    for i, content in enumerate(contents):
         title, _, text = content.partition("\n")
-        parts += ("Doc ", str(i), "(Title: ", title, ") ", text, "\n")
+        parts += (_DOC[i] if i < len(_DOC) else f"Doc {i + 1}", "(Title: ", title, ") ", text, "\n")
     return "".join(parts)
 
 

@@ -37,16 +37,18 @@ def _stemmer(language: str | None):
     return Stemmer.Stemmer(language)
 
 
-def top_k_positive(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+def top_k_positive(scores: np.ndarray, k: int, *, overwrite: bool = False) -> list[tuple[int, float]]:
     """The ``k`` best (index, score) pairs with score > 0, best first, ties by lower index.
 
     Why not ``bm25s.retrieve``: its top-k is ``np.argpartition``, which numpy 2.x makes ~100x slower
     on BM25 score vectors (mostly exact zeros, many ties): 70-80 ms per query at 100k passages versus
     0.2 ms for ``k`` passes of ``argmax`` here. Only passages that match a query term are returned,
-    as Lucene does.
+    as Lucene does. ``overwrite=True`` lets the ``k <= 32`` path mark the picked entries in
+    ``scores`` itself instead of a copy (a caller that owns a fresh vector: one 400 KB copy less per
+    query at 100k passages, ~15 % of a query).
     """
     if k <= 32:
-        s = scores.copy()
+        s = scores if overwrite else scores.copy()
         out = []
         for _ in range(k):
             i = int(s.argmax())
@@ -136,8 +138,8 @@ class BM25sRetriever(Retriever):
             if not token_ids:  # nothing in the vocabulary: no passage matches
                 out.append([])
                 continue
-            scores = self._model.get_scores_from_ids(token_ids)
-            out.append([Hit(ids[d], contents[d], s) for d, s in top_k_positive(scores, k)])
+            scores = self._model.get_scores_from_ids(token_ids)  # a new vector per call: ours to overwrite
+            out.append([Hit(ids[d], contents[d], s) for d, s in top_k_positive(scores, k, overwrite=True)])
         return out
 
     def describe(self) -> dict[str, Any]:
