@@ -3,26 +3,25 @@
 Why: the trainer runs three scoring passes per update (the reference forward, the loss forward and its
 backward) over ~1000 tokens. At small model sizes the transformers forward spends a third of that time
 outside the matrix products: per-projection linears, RMSNorm and rotary in several small ops each, a
-boolean attention mask that SDPA converts per layer, and a CPU flash-attention kernel whose backward is
-slow at short lengths. :class:`FusedScorer` computes the *same* function as ``LlamaForCausalLM`` /
+boolean attention mask that SDPA converts per layer. :class:`FusedScorer` computes the *same* function as ``LlamaForCausalLM`` /
 ``Qwen2ForCausalLM`` (RMSNorm in fp32, rotary embeddings, grouped-query attention, SiLU-gated MLP, tied
 or untied head) as plain torch ops over the model's own parameters:
 
 * q/k/v and gate/up are one matmul each, with weights concatenated by ``torch.cat`` on every call (so
   autograd routes the gradients back into the real ``q_proj``/``k_proj``/... parameters);
-* rotary is applied to the q and k heads in one pass, with the attention scale folded into the q heads'
-  tables;
-* attention is two batched matmuls and a softmax over an additive float mask built once per pass and
-  shared by all layers; grouped-query heads are folded into the query dimension (no repeated keys);
+* rotary is applied to the q and k heads in one pass;
+* SDPA gets an additive float mask built once per pass and shared by all layers (transformers hands it
+  a boolean mask, which it converts in every layer) and grouped-query heads as they are
+  (``enable_gqa``, no repeated keys);
 * the final norm and the LM head run only at the positions whose log-probs are asked for.
 
 It is exact maths, not an approximation: log-probs and gradients equal the transformers forward's up to
 float rounding (``tests/agents/test_fused_score.py`` pins both to 1e-5 on hand-made Llama and Qwen2
 models, with padding and shared prompts). Models the fused decoder does not cover (other architectures,
 LoRA/peft wrappers, quantised layers, sliding windows, dynamic RoPE), models with attention dropout in
-training mode, forward hooks, an active autocast, models off the CPU (it materialises the attention
-scores, which GPU kernels avoid) and batches whose scores would pass :attr:`FusedScorer.max_score_bytes`
-fall back to the transformers forward:
+training mode, forward hooks, an active autocast, models off the CPU (measured on CPU only; on GPUs a
+float mask also keeps SDPA off its flash kernel) and batches whose mask would pass
+:attr:`FusedScorer.max_mask_bytes` fall back to the transformers forward:
 :func:`fused_scorer_for` returns None and :func:`scoring_unsupported_reason` says why.
 """
 
@@ -77,9 +76,9 @@ class FusedScorer:
         logits = sc.shared_prompts(pre_ids, pre_attn, expand, suf_ids, pos) # prompts run once
     """
 
-    #: the attention probabilities of all layers (kept for the backward) may take this many bytes; larger
-    #: batches (long sequences) are scored by the transformers forward, whose SDPA does not keep them
-    max_score_bytes = 1 << 30
+    #: the additive attention mask of one pass (rows x queries x keys floats) may take this many bytes;
+    #: larger batches (long sequences) use the transformers forward
+    max_mask_bytes = 1 << 28
 
     def __init__(self, model: torch.nn.Module):
         cfg = model.config
@@ -93,9 +92,9 @@ class FusedScorer:
         self.rope_scale = float(getattr(self.inner.rotary_emb, "attention_scaling", 1.0))
 
     def fits(self, rows: int, queries: int, keys: int) -> bool:
-        """Whether attention over ``rows`` x ``queries`` x ``keys`` stays within :attr:`max_score_bytes`."""
+        """Whether the mask of ``rows`` x ``queries`` x ``keys`` stays within :attr:`max_mask_bytes`."""
         item = self.inner.embed_tokens.weight.element_size()
-        return rows * self.nh * queries * keys * len(self.inner.layers) * item <= self.max_score_bytes
+        return rows * queries * keys * item <= self.max_mask_bytes
 
     # ---- pieces ----------------------------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -106,9 +105,8 @@ class FusedScorer:
         return w * h.to(x.dtype)
 
     def _rope(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin tables (N, nh + nkv, S, hd) for the q and k heads at positions ``pos`` (N, S): q heads
-        carry the attention scale, and sin has ``rotate_half``'s sign folded in (``rotate_half(x) * sin ==
-        roll(x, hd/2) * signed_sin``)."""
+        """cos/sin tables (N, nh + nkv, S, hd) for the q and k heads at positions ``pos`` (N, S); sin has
+        ``rotate_half``'s sign folded in (``rotate_half(x) * sin == roll(x, hd/2) * signed_sin``)."""
         inv = self.inner.rotary_emb.inv_freq.to(device=pos.device, dtype=torch.float32)
         freqs = pos.to(torch.float32)[..., None] * inv  # (N, S, hd/2)
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -121,7 +119,7 @@ class FusedScorer:
 
         def table(t: torch.Tensor) -> torch.Tensor:
             t = t[:, None]
-            return torch.cat(((t * self.scaling).expand(N, nh, S, hd), t.expand(N, nkv, S, hd)), 1)
+            return torch.cat((t.expand(N, nh, S, hd), t.expand(N, nkv, S, hd)), 1)
 
         return table(cos), table(sin)
 
@@ -139,18 +137,11 @@ class FusedScorer:
         return out
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """q (N, nh, S, hd) already scaled, k/v (N, nkv, n, hd), bias (N, 1, S, n) additive (0 or -inf, no
-        row fully masked). Returns (N, S, nh * hd)."""
+        """q (N, nh, S, hd), k/v (N, nkv, n, hd), bias (N or 1, 1, S, n) additive (0 or -inf, no row fully
+        masked). Returns (N, S, nh * hd)."""
         N, nh, S, hd = q.shape
-        nkv, n = k.shape[1], k.shape[2]
-        g = nh // nkv
-        s = torch.matmul(q.reshape(N, nkv, g * S, hd), k.transpose(-1, -2))
-        if g > 1:
-            s = (s.view(N, nkv, g, S, n) + bias[:, :, None]).view(N, nkv, g * S, n)
-        else:
-            s = s + bias
-        o = torch.matmul(torch.softmax(s, -1), v)  # (N, nkv, g*S, hd) == (N, nh, S, hd) in memory
-        return o.view(N, nh, S, hd).transpose(1, 2).reshape(N, S, nh * hd)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=self.scaling, enable_gqa=nh != k.shape[1])
+        return o.transpose(1, 2).reshape(N, S, nh * hd)
 
     def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
                 weights: list[tuple], prefix: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
@@ -166,7 +157,7 @@ class FusedScorer:
             h = self._rms(x, ln1)
             qkv = F.linear(h, w_qkv, b_qkv).view(N, S, nh + 2 * nkv, hd).transpose(1, 2)
             qk = qkv[:, : nh + nkv]
-            qk = qk * cos + qk.roll(half, -1) * sin  # rotary on q (pre-scaled) and k in one pass
+            qk = qk * cos + qk.roll(half, -1) * sin  # rotary on q and k in one pass
             q, k, v = qk[:, :nh], qk[:, nh:], qkv[:, nh + nkv :]
             if keep_kv:
                 kvs.append((k, v))
@@ -203,7 +194,7 @@ class FusedScorer:
         cos, sin = self._rope(pos, x.dtype)
         causal = torch.ones((L_run, L_run), dtype=torch.bool, device=dev).tril()
         bias = self._bias(causal, x.dtype)[None, None]  # (1, 1, L, L): broadcast over rows
-        x, _ = self._layers(x, cos, sin, bias.expand(B, 1, L_run, L_run), self._weights())
+        x, _ = self._layers(x, cos, sin, bias, self._weights())
         H = x.shape[-1]
         h = x.gather(1, keep[:, :, None].expand(B, keep.shape[1], H))
         return self._head(h)

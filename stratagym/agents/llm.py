@@ -75,9 +75,9 @@ class LLMConfig:
     forward per backward) and not with gradient checkpointing; False always scores rows whole.
     ``fused_scoring``: re-scoring of Llama/Qwen2 models runs through the fused training forward
     (:mod:`stratagym.agents.fused_score`: q/k/v and gate/up as one matmul each, rotary in one pass,
-    matmul attention; the same maths, log-probs and gradients equal to the transformers forward up to
+    one additive attention mask per pass; the same maths, log-probs and gradients equal to the transformers forward up to
     float rounding), for rows scored whole and shared prompts alike; used on an unwrapped model on CPU
-    without gradient checkpointing, for batches whose attention scores fit in 1 GiB; other models (LoRA
+    without gradient checkpointing, for batches whose attention mask fits in 256 MiB; other models (LoRA
     included), GPUs and longer batches use the transformers forward. False always calls the transformers
     model.
     ``vllm`` / ``openai``: keyword arguments of those backends.
@@ -397,7 +397,7 @@ class LLMPolicy:
         total = plen + rlen
         L, T = int(total.max()), int(rlen.max())
         if scorer is not None and not scorer.fits(B, L, L):
-            scorer = None  # long rows: the transformers forward (SDPA keeps no attention scores)
+            scorer = None  # long rows: a float mask this large is not worth it; the transformers forward
         pad = self.tokenizer.pad_token_id
         ids = torch.full((B, L), pad, dtype=torch.long)
         cols = torch.arange(T, device=device)
@@ -470,7 +470,7 @@ class LLMPolicy:
             raise ValueError("every payload needs at least one response token")
         T = int(rlen.max())
         if scorer is not None and not scorer.fits(B, T, P + T):
-            scorer = None  # long rows: the transformers forward (SDPA keeps no attention scores)
+            scorer = None  # long rows: a float mask this large is not worth it; the transformers forward
         idx = torch.tensor(expand, dtype=torch.long)
         suf = torch.full((B, T + 1), pad, dtype=torch.long)
         for i, p in enumerate(payloads):

@@ -198,8 +198,8 @@ def test_fallbacks():
 
 
 def test_batches_too_large_for_the_score_budget_use_the_transformers_forward(monkeypatch):
-    """The fused forward keeps every layer's attention probabilities for the backward; batches past
-    ``max_score_bytes`` are scored by the transformers forward, with the same results."""
+    """Batches whose additive mask would pass ``max_mask_bytes`` are scored by the transformers forward,
+    with the same results."""
     path = str(tiny_lm_path())
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=path))
     sc = pol._fused_scorer()
@@ -209,8 +209,8 @@ def test_batches_too_large_for_the_score_budget_use_the_transformers_forward(mon
     monkeypatch.setattr(FusedScorer, "whole_rows", lambda self, *a: calls.append("whole") or real[0](self, *a))
     monkeypatch.setattr(FusedScorer, "shared_prompts", lambda self, *a: calls.append("shared") or real[1](self, *a))
     results = []
-    for budget in (1 << 30, 1):
-        monkeypatch.setattr(FusedScorer, "max_score_bytes", budget)
+    for budget in (1 << 28, 1):
+        monkeypatch.setattr(FusedScorer, "max_mask_bytes", budget)
         with torch.no_grad():
             results.append((pol.sequence_log_probs(_whole_payloads()).logprobs,
                             pol.sequence_log_probs(_group_payloads()).logprobs))
