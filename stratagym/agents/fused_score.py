@@ -136,14 +136,15 @@ class FusedScorer:
             ))
         return out
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """q (N, nh, S, hd), k/v (N, nkv, n, hd), bias (N or 1, 1, S, n) additive (0 or -inf, no row fully
-        masked). Returns (N, S, nh * hd)."""
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """q (N, nh, S, hd), k/v (N, nkv, n, hd), bias (N, 1, S, n) additive (0 or -inf, no row fully
+        masked), or None for plain causal attention (S == n). Returns (N, S, nh * hd)."""
         N, nh, S, hd = q.shape
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=self.scaling, enable_gqa=nh != k.shape[1])
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=bias is None, scale=self.scaling,
+                                           enable_gqa=nh != k.shape[1])
         return o.transpose(1, 2).reshape(N, S, nh * hd)
 
-    def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
+    def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: Optional[torch.Tensor],
                 weights: list[tuple], prefix: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
                 keep_kv: bool = False, last_needed: bool = True):
         """Run every decoder layer over ``x`` (N, S, H). ``prefix``: per layer, keys and values (N, nkv, p, hd)
@@ -192,9 +193,7 @@ class FusedScorer:
         x = F.embedding(ids, emb)
         pos = torch.arange(L_run, device=dev)[None]
         cos, sin = self._rope(pos, x.dtype)
-        causal = torch.ones((L_run, L_run), dtype=torch.bool, device=dev).tril()
-        bias = self._bias(causal, x.dtype)[None, None]  # (1, 1, L, L): broadcast over rows
-        x, _ = self._layers(x, cos, sin, bias, self._weights())
+        x, _ = self._layers(x, cos, sin, None, self._weights())  # causal only: SDPA's causal path, no mask
         H = x.shape[-1]
         h = x.gather(1, keep[:, :, None].expand(B, keep.shape[1], H))
         return self._head(h)
