@@ -82,33 +82,18 @@ def main() -> int:
     print(f"corpus: {len(corpus)} passages (generated in {t1 - t0:.1f}s, indexed in {CLOCK() - t1:.1f}s)")
     queries = [q for ex in questions for q in ex.oracle_queries][: args.queries]
 
-    class StockPath(Retriever):
-        """The same index searched with bm25s's own query tokenizer (BM25sRetriever before the lean one)."""
+    class CopyTopK(Retriever):
+        """The same index and scoring with the top-k on a copy of the scores, after ``token_ids``:
+        bm25s's own query tokenizer (``BM25sRetriever`` before the lean one) or the lean tokenizer (the
+        default retriever before the in-place top-k)."""
 
-        backend = "bm25s-stock-tokenizer"
-
-        def batch_search(self, qs, k=3):
-            tokens = bm25s.tokenize(list(qs), stopwords="en", stemmer=lean._stemmer, return_ids=False, show_progress=False)
-            out = []
-            for query_tokens in tokens:
-                ids = lean._model.get_tokens_ids(query_tokens)
-                if not ids:
-                    out.append([])
-                    continue
-                scores = lean._model.get_scores_from_ids(ids)
-                out.append([Hit(corpus.ids[d], corpus.contents[d], s) for d, s in top_k_positive(scores, k)])
-            return out
-
-    class LeanCopy(Retriever):
-        """The lean tokenizer with the top-k on a copy of the scores (the default retriever before the
-        in-place top-k), to report the overhead against it too."""
-
-        backend = "bm25s-lean-copy"
+        def __init__(self, backend, token_ids):
+            self.backend, self.token_ids = backend, token_ids
 
         def batch_search(self, qs, k=3):
             out = []
             for query in qs:
-                ids = lean._tokenizer.ids(query)
+                ids = self.token_ids(query)
                 if not ids:
                     out.append([])
                     continue
@@ -116,7 +101,12 @@ def main() -> int:
                 out.append([Hit(corpus.ids[d], corpus.contents[d], s) for d, s in top_k_positive(scores, k)])
             return out
 
-    stock, lean_copy = StockPath(), LeanCopy()
+    def bm25s_token_ids(query):
+        tokens = bm25s.tokenize([query], stopwords="en", stemmer=lean._stemmer, return_ids=False, show_progress=False)
+        return lean._model.get_tokens_ids(tokens[0])
+
+    stock = CopyTopK("bm25s-stock-tokenizer", bm25s_token_ids)
+    lean_copy = CopyTopK("bm25s-lean-copy", lean._tokenizer.ids)
     retrievers = {"stock": stock, "lean-copy": lean_copy, "lean": lean}
     same = all([(h.id, h.score) for h in a] == [(h.id, h.score) for h in b] == [(h.id, h.score) for h in c]
                for q in queries for a, b, c in [[r.batch_search([q], 3)[0] for r in (lean, stock, lean_copy)]])
