@@ -206,3 +206,130 @@ def test_unusual_task_sentence_falls_back_to_the_stock_parse(sentence):
         return
     assert speedups.cache_info()["logic_from_template"] == 0
     assert _fingerprint(fast[1]._rules) == _fingerprint(stock[1]._rules)
+
+
+# ---- the state a load builds, taken over by the reset that follows ---------------------------------
+
+
+def _state_picture(pddl_env):
+    """Everything a PddlState holds, in its iteration orders, and the fast-downward library's state."""
+    from fast_downward import Atom
+
+    s = pddl_env._pddl_state
+    lib = s.downward_lib
+    atoms = (Atom * lib.get_state_size())()
+    lib.get_state(atoms)
+    return {
+        "attributes": [k for k in vars(s) if not k.startswith("_stratagym")],
+        "facts": [str(f) for f in s.facts],
+        "facts_by_signature": [(str(k), [str(f) for f in v]) for k, v in s._facts.items()],
+        "vars_by_name": [(k, str(v), v.type) for k, v in s._vars_by_name.items()],
+        "vars_by_type": [(k, [str(v) for v in vs]) for k, vs in s._vars_by_type.items()],
+        "var_counts": [(str(k), n) for k, n in s._var_counts.items()],
+        "name2type": list(s.name2type.items()),
+        "actions": list(s._actions),
+        "sas": s.sas,
+        "sas_replan": (type(s.sas_replan).__name__, str(s.sas_replan)),
+        "operators": [(op.id, op.name, op.nb_effect_atoms) for op in s._operators.values()],
+        "library_state": [a.name for a in atoms],
+        "goal": lib.check_goal(),
+        "types": sorted(t.name for t in s._logic.types),
+    }
+
+
+def _after(engine, state):
+    return (state.feedback, state.admissible_commands, state.won, _state_picture(engine._pddl))
+
+
+def test_reset_takes_over_the_loaded_state_exactly(train_games, one_game_per_type):
+    """The reset after a load takes the state the load built (instead of building it again) and that state
+    equals a fresh build: fact containers in their iteration orders, the library's state, its applicable
+    operators, the text; then both play on alike. A fresh build here: the second reset of the same game
+    in another engine (its donor was taken by the first). Several games, each met twice."""
+    games = _three_games(train_games, one_game_per_type)
+    order = ["pick_and_place_simple", "look_at_obj_in_light", "pick_and_place_simple", "pick_cool_then_place_in_recep"]
+    speedups.clear_caches(games_only=True)
+    taking, building = AlfredEngine(fast=True), AlfredEngine(fast=True)
+    try:
+        for n, key in enumerate(order):
+            before = speedups.cache_info()["state_reused"]
+            loaded_state = None
+            with speedups.active():  # the engine's load, with a look at the state the load built
+                taking._env.load(str(games[key]))
+                loaded_state = taking._pddl._pddl_state
+            loaded_facts = sorted(str(f) for f in loaded_state.facts)
+            taking._loaded = str(games[key])
+            got = taking.reset(seed=n)
+            assert speedups.cache_info()["state_reused"] == before + 1
+            assert taking._pddl._pddl_state is not loaded_state
+            # the donor keeps facts of its own (the same), not shared with the live state
+            assert sorted(str(f) for f in taking._pddl._pddl_state.facts) == loaded_facts
+            assert loaded_state._facts is not taking._pddl._pddl_state._facts
+            building.load(games[key], seed=n)
+            reused = speedups.cache_info()["state_reused"]
+            fresh = building.reset(seed=n)
+            assert speedups.cache_info()["state_reused"] == reused  # built, not taken
+            assert _after(taking, got) == _after(building, fresh)
+            rng = random.Random(n)
+            for _ in range(4):
+                command = rng.choice(got.admissible_commands)
+                got, fresh = taking.step(command), building.step(command)
+                assert _after(taking, got) == _after(building, fresh)
+            assert sorted(str(f) for f in loaded_state.facts) == loaded_facts  # steps of the live state left it alone
+    finally:
+        taking.close()
+        building.close()
+
+
+@pytest.mark.parametrize("touch", ["listed", "applied", "planned", "fact_added_and_removed", "fact_read", "another_state",
+                                   "another_state_stock"])
+def test_a_loaded_state_touched_before_the_reset_is_built_again(train_games, one_game_per_type, touch):
+    """Whatever may have changed the loaded state or its library before the reset makes the reset build."""
+    import textworld.envs.pddl.logic as pddl_logic
+    from textworld.logic import Proposition, Variable
+
+    game = _three_games(train_games, one_game_per_type)["look_at_obj_in_light"]
+    engine, reference = AlfredEngine(fast=True), AlfredEngine(fast=True)
+    try:
+        expected = reference.load(game)
+        expected = (expected.feedback, expected.admissible_commands, expected.won, _state_picture(reference._pddl))
+        before = speedups.cache_info()["state_reused"]
+        with speedups.active():
+            engine._env.load(str(game))
+            env = engine._pddl
+            state = env._pddl_state
+            if touch == "listed":
+                state.all_applicable_actions()
+            elif touch == "applied":
+                state.apply(state.all_applicable_actions()[0])
+            elif touch == "planned":
+                state.replan(env._entity_infos)
+            elif touch == "fact_added_and_removed":
+                extra = Proposition("at", [Variable("nowhere_1", "object"), Variable("nowhere_2", "receptacle")])
+                state.add_fact(extra)
+                state.remove_fact(extra)
+            elif touch == "fact_read":
+                state.is_fact(Proposition("never_seen", [Variable("x_1", "object")]))
+            elif touch == "another_state":
+                pddl_logic.PddlState(env.downward_lib, env._game_data["pddl_problem"], env._logic)
+            elif touch == "another_state_stock":
+                with speedups.active(False):
+                    pddl_logic.PddlState(env.downward_lib, env._game_data["pddl_problem"], env._logic)
+        engine._loaded = str(game)
+        got = engine.reset()
+        assert speedups.cache_info()["state_reused"] == before
+        assert (got.feedback, got.admissible_commands, got.won, _state_picture(engine._pddl)) == expected
+    finally:
+        engine.close()
+        reference.close()
+
+
+def test_handcoded_expert_identical_across_resets(train_games, one_game_per_type):
+    """The hand-coded expert reads the state's facts (in their order): same suggestions as stock."""
+    games = _three_games(train_games, one_game_per_type)
+    plan = [("pick_and_place_simple", 5), ("look_at_obj_in_light", 4), ("pick_and_place_simple", 3)]
+    stock = _session(games, False, plan, expert="handcoded")
+    before = speedups.cache_info()["state_reused"]
+    fast = _session(games, True, plan, expert="handcoded")
+    assert fast == stock
+    assert speedups.cache_info()["state_reused"] == before + len(plan)

@@ -210,5 +210,6 @@ class AlfredEngine:
         self._closed = True
         lib = getattr(self._pddl, "downward_lib", None)
         if lib is not None:
+            speedups.library_changed(lib)  # a state loaded into it is not handed to a later reset
             with contextlib.suppress(Exception):
                 lib.cleanup()

@@ -11,7 +11,10 @@ constants*, not simulating the game:
 4. every ``reset`` re-translates the same PDDL domain + problem to SAS twice (``fast_downward.pddl2sas``);
 5. every game load re-parses the game's grammar file (``textworld.envs.pddl.logic._parse_and_convert``);
 6. every game load translates the problem a second time with fast-downward's optimisations
-   (``PddlState.sas_replan``), although only the planner (``PddlState.replan``) ever reads it.
+   (``PddlState.sas_replan``), although only the planner (``PddlState.replan``) ever reads it;
+7. every reset into a game builds the game's initial ``PddlState`` twice: ``PddlEnv.load`` builds one
+   (to name the entities) and the ``reset`` that follows throws it away and builds it again -- the SAS
+   text loaded into fast-downward's library, the initial facts read back (~5-15 ms each).
 
 Loading a game the process has not seen is dominated by 4-6 (measured on the bundled games, one
 thread: grammar parse ~0.19 s, translation ~0.17 s, optimised translation ~0.20 s, the rest ~15 ms).
@@ -30,6 +33,17 @@ grammar's symbol classes, and
   checked; otherwise the stock parse runs);
 * defers 6 until ``replan`` is first called on that state (fast-downward's library only stores the
   optimised SAS text in ``load_sas_replan`` and reads it in ``replan``);
+* lets the reset after a load take over the state the load built (7) instead of building it again, when
+  that state is still exactly what a new build would be: built with the speed-ups on (so the
+  translation is the cached one and the replanning text deferred) from the same library, problem and
+  game logic; the library untouched since (no other state built into it, no operator listed, applied or
+  planned on -- ``PddlState`` marks these, and :func:`library_changed`); its facts neither added nor
+  removed (marked) nor a container grown by a read (sizes compared). A new build would load the same SAS
+  text into the library in the same state and read the same facts back into containers filled in the
+  same order; the types it imports into the game logic are already there (adding one again is refused,
+  changing nothing). The new state gets the donor's very containers (so sets iterate as built); the
+  donor, which the env no longer holds, keeps copies (the same facts; a copied set may iterate in
+  another order, which only a caller that kept the replaced state across the reset could see);
 * runs what is left of 4 for a game the process has not seen (one translation) faster with the same
   output: the Datalog model, grounding, fact groups, SAS operators, variable order and SAS text via
   :mod:`.fast_translate` (active only inside that translation), and without the
@@ -70,7 +84,7 @@ from typing import Any, Callable, Iterator
 from stratagym.envs.alfworld import disk_cache
 
 __all__ = ["active", "install", "is_active", "cache_info", "clear_caches", "set_game_cache_size", "register_grammar_template",
-           "GRAMMAR_PLACEHOLDER"]
+           "library_changed", "GRAMMAR_PLACEHOLDER"]
 
 _STATE = threading.local()
 _INSTALL_LOCK = threading.Lock()
@@ -83,7 +97,8 @@ _SAS_CACHE_SIZE = int(os.environ.get("STRATAGYM_ALFWORLD_GAME_CACHE", "256") or 
 _LOGIC_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
 _LOGIC_CACHE_SIZE = _SAS_CACHE_SIZE
 _stats = {"parse_hits": 0, "parse_misses": 0, "query_hits": 0, "query_misses": 0, "sas_hits": 0, "sas_misses": 0,
-          "logic_hits": 0, "logic_misses": 0, "logic_from_template": 0, "replan_deferred": 0, "replan_loaded": 0}
+          "logic_hits": 0, "logic_misses": 0, "logic_from_template": 0, "replan_deferred": 0, "replan_loaded": 0,
+          "state_reused": 0}
 
 #: The placeholder alfworld's ``add_task_to_grammar`` replaces with the task sentence.
 GRAMMAR_PLACEHOLDER = "UNKNOWN GOAL"
@@ -236,6 +251,78 @@ def _gc_paused() -> Iterator[None]:
     finally:
         gc.enable()
         gc.collect(0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The state a game load builds, handed to the reset that follows (7)
+# --------------------------------------------------------------------------------------------------
+
+# On a PddlState: a token naming its build, present while the state is as built (no fact added or
+# removed). On its fast-downward library (a CDLL: attributes live in its __dict__): the token of the last
+# state built into it, removed when anything may have changed the library's state since.
+_PRISTINE = "_stratagym_pristine"
+# On a PddlEnv: the state its last load built, until the next reset (or load) takes it.
+_DONOR = "_stratagym_donor_state"
+
+
+def _fact_shape(state: Any) -> tuple[int, int, int, int]:
+    """Sizes of a state's fact containers (a read through a defaultdict adds a key; this sees it)."""
+    return len(state._facts), len(state._vars_by_name), len(state._vars_by_type), len(state._var_counts)
+
+
+def _mark_pristine(state: Any) -> None:
+    token = (object(), _fact_shape(state))
+    state.__dict__[_PRISTINE] = token
+    state.downward_lib.__dict__[_PRISTINE] = token[0]
+
+
+def _library_touched(state: Any) -> None:
+    library_changed(state.downward_lib)
+    state.__dict__.pop(_PRISTINE, None)
+
+
+def library_changed(downward_lib: Any) -> None:
+    """Say that a fast-downward library's state was changed outside textworld's PddlState (e.g. by
+    ``cleanup``): the state last built into it is no longer handed to a reset (see :func:`install`, 7)."""
+    with contextlib.suppress(AttributeError, TypeError):
+        downward_lib.__dict__.pop(_PRISTINE, None)
+
+
+def _can_take_over(new: Any, donor: Any, downward_lib: Any, pddl_problem: str, logic: Any) -> bool:
+    """Whether building ``new`` from these arguments would give exactly ``donor`` as it now is.
+
+    A build is a function of its arguments and of nothing else when the speed-ups are on: the
+    translation comes from the cache (the same objects), the replanning text is deferred, the types it
+    imports into ``logic`` are there since the donor's build (adding them again is refused, changing
+    nothing), the library is loaded with the same SAS text and read back. So the donor stands for a
+    fresh build if it was built the same way (active, same library, problem and logic), nothing has
+    touched the library since (no other state built into it, no operator applied, listed or planned
+    on), and its facts are as built.
+    """
+    token = donor.__dict__.get(_PRISTINE)
+    return (token is not None and type(new) is type(donor) and donor.downward_lib is downward_lib
+            and downward_lib.__dict__.get(_PRISTINE) is token[0] and donor._logic is logic
+            and donor.pddl_problem == pddl_problem and _fact_shape(donor) == token[1])
+
+
+def _take_over(new: Any, donor: Any) -> None:
+    """Give ``new`` the donor's build: its very containers (so every set and dict iterates as built).
+
+    The donor keeps copies of its fact containers, as a state built separately would be separate (the
+    same facts; a copied set can iterate in another order: copying sizes its table afresh).
+    """
+    d = dict(donor.__dict__)
+    del d[_PRISTINE]
+    new.__dict__.update(d)
+    donor.__dict__.pop(_PRISTINE, None)
+    for name in ("_facts", "_vars_by_type"):
+        old = donor.__dict__[name]
+        copied = type(old)(old.default_factory)
+        for k, v in old.items():
+            copied[k] = v.copy()
+        donor.__dict__[name] = copied
+    donor._vars_by_name = dict(donor._vars_by_name)
+    donor._var_counts = donor._var_counts.copy()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -494,14 +581,26 @@ def install() -> None:
 
         def state_init(self, downward_lib, pddl_problem, logic):
             if not is_active():
+                library_changed(downward_lib)  # reloaded: no state built before into it stands for it now
                 return stock_state_init(self, downward_lib, pddl_problem, logic)
+            donor = getattr(_STATE, "donor", None)
+            if donor is not None:
+                _STATE.donor = None
+                if _can_take_over(self, donor, downward_lib, pddl_problem, logic):
+                    _take_over(self, donor)
+                    _stats["state_reused"] += 1
+                    return None
+            library_changed(downward_lib)  # until this build is complete
             _STATE.defer_replan = True
             try:
-                return stock_state_init(self, downward_lib, pddl_problem, logic)
+                stock_state_init(self, downward_lib, pddl_problem, logic)
             finally:
                 _STATE.defer_replan = False
+            _mark_pristine(self)
+            return None
 
         def replan(self, infos):
+            _library_touched(self)
             pending = self.__dict__.get("sas_replan")
             if isinstance(pending, _DeferredSas):
                 _stats["replan_loaded"] += 1
@@ -514,4 +613,68 @@ def install() -> None:
 
         pddl_state_cls.__init__ = state_init
         pddl_state_cls.replan = replan
+
+        # 7. the state PddlEnv.load builds, taken over by the reset that follows instead of built again
+        import textworld.envs.pddl.pddl as pddl_env
+
+        env_cls = pddl_env.PddlEnv
+        stock_env_load, stock_env_reset = env_cls.load, env_cls.reset
+
+        def env_load(self, *args: Any, **kwargs: Any):
+            self.__dict__.pop(_DONOR, None)
+            result = stock_env_load(self, *args, **kwargs)
+            state = self.__dict__.get("_pddl_state")
+            if is_active() and state is not None and _PRISTINE in state.__dict__:
+                self.__dict__[_DONOR] = state
+            return result
+
+        def env_reset(self, *args: Any, **kwargs: Any):
+            donor = self.__dict__.pop(_DONOR, None)
+            if donor is None or not is_active() or donor is not self.__dict__.get("_pddl_state"):
+                return stock_env_reset(self, *args, **kwargs)
+            _STATE.donor = donor
+            try:
+                return stock_env_reset(self, *args, **kwargs)
+            finally:
+                _STATE.donor = None
+
+        env_cls.load = env_load
+        env_cls.reset = env_reset
+
+        # what changes the library's state or the state's facts ends the donor's pristine state
+        stock_apply, stock_applicable = pddl_state_cls.apply, pddl_state_cls.all_applicable_actions
+        stock_add_fact, stock_remove_fact = pddl_state_cls.add_fact, pddl_state_cls.remove_fact
+
+        def apply(self, action):
+            _library_touched(self)
+            return stock_apply(self, action)
+
+        def all_applicable_actions(self):
+            _library_touched(self)
+            return stock_applicable(self)
+
+        def add_fact(self, prop):
+            self.__dict__.pop(_PRISTINE, None)
+            return stock_add_fact(self, prop)
+
+        def remove_fact(self, prop):
+            self.__dict__.pop(_PRISTINE, None)
+            return stock_remove_fact(self, prop)
+
+        def add_facts(self, props):
+            # State.add_facts calls self.add_fact per fact; the build adds a few hundred, so the loop
+            # goes straight to the stock method (unless a subclass has its own add_fact)
+            self.__dict__.pop(_PRISTINE, None)
+            if type(self).add_fact is not add_fact:  # a subclass's own add_fact, as State.add_facts calls it
+                for prop in props:
+                    self.add_fact(prop)
+                return
+            for prop in props:
+                stock_add_fact(self, prop)
+
+        pddl_state_cls.apply = apply
+        pddl_state_cls.all_applicable_actions = all_applicable_actions
+        pddl_state_cls.add_fact = add_fact
+        pddl_state_cls.remove_fact = remove_fact
+        pddl_state_cls.add_facts = add_facts
         _installed = True
