@@ -475,8 +475,6 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
             raise gym.error.ResetNeeded("call reset() before step()")
         if self._done:
             result = StepResult(observation=_EPISODE_OVER, action_valid=False, terminated=True)
-        elif type(action) is str and action.isascii() and len(action) <= self.max_action_chars:
-            result = self._step(_without_controls(action))  # sanitize_action's common case, inlined
         else:
             text, problem = sanitize_action(action, self.max_action_chars)
             result = self._step(text) if problem is None else self.invalid_action_result(problem)
@@ -513,15 +511,15 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         if not _INFO_KEY_SET.isdisjoint(extra):
             clash = set(extra) & _INFO_KEY_SET
             raise RuntimeError(f"{type(self).__name__} tried to override standard info keys {sorted(clash)}")
-        tools, levels = self._tool_calls, self._context._levels
+        tools = self._tool_calls
         info: dict[str, Any] = {
             "task_id": self._task_id,
             "step": self._step_index,
             "action_valid": bool(action_valid),
             "tool_calls": dict(tools),
             "search_count": int(tools.get("search", 0)),
-            "state_hash": levels[0] if levels else NO_CONTEXT,  # ContextTracker.state_hash, inlined
-            "context_hashes": levels.copy(),  # ContextTracker.context_hashes(), inlined
+            "state_hash": self._context.state_hash,
+            "context_hashes": self._context.context_hashes(),
             "won": bool(won),
             "score": float(score),
         }

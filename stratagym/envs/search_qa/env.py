@@ -180,7 +180,7 @@ class SearchQAEnv(TextEnv):
 
     def _search(self, query: str) -> StepResult:
         info: dict[str, Any] = {"query": query}
-        if self._step_index + 1 >= self.max_steps:  # self._last_turn(), inlined on the search path
+        if self._last_turn():
             # Search-R1's final turn (do_search=False): the search counts, nothing is retrieved, and the
             # episode ends unanswered.
             info.update(self._final_scores(None))

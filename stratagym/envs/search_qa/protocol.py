@@ -241,7 +241,7 @@ class PassageText:
                 if len(seen) >= self.max_entries:
                     seen.clear()
                 seen.add(content)
-        observation = "\n\n<information>" + format_passages(contents).strip() + "</information>\n\n"  # information_block
+        observation = information_block(format_passages(contents))
         return observation, stable_hash(observation)
 
     def _add(self, content: str) -> tuple[str, str, bytes]:
