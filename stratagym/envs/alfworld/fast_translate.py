@@ -456,22 +456,21 @@ def _compile_action(action: Any, conditions_mod: Any, effects_mod: Any, ns: dict
         consts.append(lit.predicate)
         return f"(K[{len(consts) - 1}], {_tuple_expr(parts)})"
 
+    def condition(lit: Any, indent: str, into: str, otherwise: str) -> list[str]:
+        """Lines that add a condition literal's fluent atom to ``into``, or run ``otherwise`` when the
+        literal is statically false (a static fact it denies, or lacks); a statically true one adds nothing."""
+        atom, false_if = ("NEG", "k in INIT") if lit.negated else ("ATOM", "k not in INIT")
+        return [f"{indent}k = {key(lit)}", f"{indent}if k in FLUENT: {into}.append({atom}(*k))",
+                f"{indent}elif {false_if}: {otherwise}"]
+
     lines = ["def f(a):", f"    if len(a) != {len(params)}: return SLOW", "    pre = []"]
     for lit in pre:
-        lines.append(f"    k = {key(lit)}")
-        if lit.negated:
-            lines += ["    if k in FLUENT: pre.append(NEG(*k))", "    elif k in INIT: return None"]
-        else:
-            lines += ["    if k in FLUENT: pre.append(ATOM(*k))", "    elif k not in INIT: return None"]
+        lines += condition(lit, "    ", "pre", "return None")
     lines.append("    adds, dels = [], []")
     for cond, lit in effects:
         lines += ["    while True:", "        c = []"]
         for clit in cond:
-            lines.append(f"        k = {key(clit)}")
-            if clit.negated:
-                lines += ["        if k in FLUENT: c.append(NEG(*k))", "        elif k in INIT: break"]
-            else:
-                lines += ["        if k in FLUENT: c.append(ATOM(*k))", "        elif k not in INIT: break"]
+            lines += condition(clit, "        ", "c", "break")
         lines.append(f"        k = {key(lit)}")
         if lit.negated:
             lines += ["        if k in FLUENT: dels.append((c, k))", "        elif k in INIT: raise IMPOSSIBLE()"]
