@@ -13,6 +13,7 @@ import torch
 from stratagym.agents.fused_score import FusedScorer, fused_scorer_for, scoring_unsupported_reason
 from stratagym.agents.llm import LLMConfig, LLMPolicy
 from stratagym.agents.tiny_lm import tiny_lm_path
+from tests.agents.test_scoring import _group_payloads
 
 SFT = Path(__file__).resolve().parents[2] / "data" / "checkpoints" / "sft-searchqa"
 
@@ -71,18 +72,6 @@ def _whole_payloads() -> list[dict]:
     for n_p, n_r in [(3, 9), (17, 1), (8, 5), (12, 12)]:
         out.append({"prompt_ids": torch.randint(3, 700, (n_p,), generator=g),
                     "response_ids": torch.randint(3, 700, (n_r,), generator=g), "sampling_logprobs": torch.zeros(n_r)})
-    return out
-
-
-def _group_payloads() -> list[dict]:
-    """Three prompts (1, 9 and 20 tokens) shared by 4 rows each, responses of different lengths."""
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for n_p in (1, 9, 20):
-        prompt = torch.randint(3, 700, (n_p,), generator=g)
-        for n_r in (1, 7, 15, 4):
-            out.append({"prompt_ids": prompt.clone(), "response_ids": torch.randint(3, 700, (n_r,), generator=g),
-                        "sampling_logprobs": torch.zeros(n_r)})
     return out
 
 
