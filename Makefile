@@ -39,8 +39,10 @@ setup: $(STAMP) $(SYSSTAMP)
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstalled whenever pyproject.toml changes. torch first: the CPU build, so nothing pulls CUDA wheels.
-$(STAMP): pyproject.toml | $(VENV)/bin/python
+# Reinstalled whenever pyproject.toml, setup.py or the C speed-ups' source change (the install builds
+# stratagym/envs/_speedups.c in place; without a compiler it is skipped and the Python fallback runs).
+# torch first: the CPU build, so nothing pulls CUDA wheels.
+$(STAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip wheel setuptools
 	$(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e ".[all,dev]"

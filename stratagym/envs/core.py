@@ -38,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from stratagym.envs import speedups
 from stratagym.errors import ConfigError  # re-exported: env code raises it for bad configuration
 
 __all__ = [
@@ -120,8 +121,12 @@ def _plain_ascii(text: str) -> str | None:
     return plain
 
 
-def _digest(data: bytes) -> int:
+def _digest_py(data: bytes) -> int:
+    """BLAKE2b-64 of ``data`` as a 63-bit int (the reference; ``_speedups.digest8`` is its C twin)."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") & HASH_MASK
+
+
+_digest = _digest_py  # the C twin once bound (_bind_speedups)
 
 
 def stable_hash(text: str) -> int:
@@ -135,6 +140,7 @@ def stable_hash(text: str) -> int:
 
 
 _CTX_HASHER = hashlib.blake2b(b"ctx:", digest_size=8)  # only ever copied, never updated
+_ctx_push = None  # _speedups.ctx_push once bound
 
 
 def _combine2(left: int, right: int) -> int:
@@ -209,7 +215,8 @@ class ContextTracker:
             raise ConfigError(f"context length K must be >= 0, got {k}")
         self.k = int(k)
         self._levels: list[int] = []
-        self._level_bytes: list[bytes] = []  # the levels as 8 little-endian bytes, what the next combine feeds
+        # the levels as 8 little-endian bytes, what the next combine feeds (None: not kept by the C twin)
+        self._level_bytes: list[bytes] | None = []
 
     def reset(self, observation: str | None = None) -> None:
         self._levels, self._level_bytes = [], []
@@ -219,8 +226,10 @@ class ContextTracker:
     def push(self, observation: str) -> int:
         return self.push_hash(stable_hash(observation))
 
-    def push_hash(self, h: int) -> int:
+    def _push_hash_py(self, h: int) -> int:
         """Push an observation by its :func:`stable_hash` (for envs that know it without rehashing)."""
+        if self._level_bytes is None:  # the C twin ran before (speedups.use switched): rebuild from the ints
+            self._level_bytes = [v.to_bytes(8, "little") for v in self._levels]
         prev = self._level_bytes[: self.k]
         tail = h.to_bytes(8, "little")
         if prev:  # _combine2(p, h) for each level, inlined (this runs on every env step)
@@ -236,6 +245,14 @@ class ContextTracker:
         else:
             self._levels, self._level_bytes = [h], [tail]
         return h
+
+    def _push_hash_c(self, h: int) -> int:
+        """:meth:`push_hash` with the levels computed by ``_speedups.ctx_push`` (the same digests, from
+        the level ints themselves; ``_level_bytes`` is not kept)."""
+        self._levels, self._level_bytes = _ctx_push(self._levels, h, self.k), None
+        return h
+
+    push_hash = _push_hash_py  # or _push_hash_c (_bind_speedups)
 
     @property
     def state_hash(self) -> int:
@@ -298,9 +315,20 @@ def sanitize_action(action: Any, max_chars: int) -> tuple[str, str | None]:
     """Turn whatever an agent produced into clean text, or say why it cannot be used.
 
     Returns ``(text, problem)``: ``problem`` is None for usable text, else a short reason the step is
-    invalid (not a string, too long). Lone surrogates and invalid bytes become U+FFFD, control
-    characters other than newline/tab are dropped, so env parsers only ever see valid text.
+    invalid (not a string, too long). Invalid bytes become U+FFFD and lone surrogates '?', control
+    characters other than newline/tab are dropped, so env parsers only ever see valid text. A plain
+    ``str`` with an ``int`` limit goes to the C twin when the speed-ups are built.
     """
+    if _sanitize_str is not None and type(action) is str and type(max_chars) is int:
+        return _sanitize_str(action, max_chars)
+    return _sanitize_action_py(action, max_chars)
+
+
+_sanitize_str = None  # _speedups.sanitize_str once bound
+
+
+def _sanitize_action_py(action: Any, max_chars: int) -> tuple[str, str | None]:
+    """:func:`sanitize_action` in Python: the reference, and the path for anything but str and int."""
     if type(action) is str and action.isascii() and len(action) <= max_chars:  # the common case
         return _without_controls(action), None
     if action is None:
@@ -508,6 +536,17 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         return observation if len(observation) <= self.max_observation_chars else observation[: self.max_observation_chars]
 
     def _info(self, *, action_valid: bool, won: bool, score: float, extra: dict[str, Any]) -> dict[str, Any]:
+        """The ``info`` dict of a reset or step: the standard keys, then ``admissible_actions`` where the
+        env knows them, then ``extra``. The C twin builds it when the env reports no admissible actions and
+        nothing is unusual (a plain dict of extras, the stock tracker, no clash with a standard key)."""
+        if (_make_info is not None and type(extra) is dict and type(self._context) is ContextTracker
+                and type(self).admissible_actions is TextEnv.admissible_actions and _INFO_KEY_SET.isdisjoint(extra)):
+            return _make_info(self._task_id, self._step_index, action_valid, self._tool_calls,
+                              self._context._levels, won, score, extra)
+        return self._info_py(action_valid=action_valid, won=won, score=score, extra=extra)
+
+    def _info_py(self, *, action_valid: bool, won: bool, score: float, extra: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`_info` in Python: the reference of ``_speedups.make_info``, and the general path."""
         if not _INFO_KEY_SET.isdisjoint(extra):
             clash = set(extra) & _INFO_KEY_SET
             raise RuntimeError(f"{type(self).__name__} tried to override standard info keys {sorted(clash)}")
@@ -530,6 +569,23 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         if extra:
             info.update(extra)
         return info
+
+
+_make_info = None  # _speedups.make_info once bound
+
+
+def _bind_speedups(module: Any) -> None:
+    """Point this module's hot-path names at the C twins in ``module``, or at the Python references."""
+    global _digest, _ctx_push, _sanitize_str, _make_info
+    c = module is not None
+    _digest = module.digest8 if c else _digest_py
+    _ctx_push = module.ctx_push if c else None
+    _sanitize_str = module.sanitize_str if c else None
+    _make_info = module.make_info if c else None
+    ContextTracker.push_hash = ContextTracker._push_hash_c if c else ContextTracker._push_hash_py
+
+
+speedups.bind(_bind_speedups)
 
 
 def _task_index(value: Any) -> int:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
-from stratagym.envs.core import _digest, normalize_text, stable_hash
+from stratagym.envs import core, speedups
+from stratagym.envs.core import normalize_text, stable_hash
 
 __all__ = [
     "STOP_STRINGS",
@@ -125,8 +126,19 @@ def parse_turn(text: str, *, max_query_chars: int | None = None, accept_unclosed
     """:func:`parse_action` as a plain ``(kind, text or problem, response)`` tuple, for the env's step.
 
     Why a second entry point: building the frozen :class:`Action` costs about as much as parsing a
-    short turn. Same rules, same results (``parse_action`` is this plus the dataclass).
+    short turn. Same rules, same results (``parse_action`` is this plus the dataclass). A plain ``str``
+    goes to the C twin (``_speedups.parse_turn``) when the speed-ups are built.
     """
+    if _parse_turn_c is not None and type(text) is str:
+        return _parse_turn_c(text, max_query_chars, accept_unclosed_tags)
+    return _parse_turn_py(text, max_query_chars=max_query_chars, accept_unclosed_tags=accept_unclosed_tags)
+
+
+_parse_turn_c = None  # _speedups.parse_turn once bound (_bind_speedups)
+
+
+def _parse_turn_py(text: str, *, max_query_chars: int | None = None, accept_unclosed_tags: bool = False) -> tuple[str, str, str]:
+    """:func:`parse_turn` in Python: the reference of its C twin, and the path for str subclasses."""
     if accept_unclosed_tags:
         text = close_unclosed_tag(text)
     response = cut_response(text)
@@ -297,6 +309,18 @@ def question_from_prompt(prompt: str) -> str:
     """Recover the raw question from a Search-R1 prompt (its parquet files store only the prompt)."""
     head, sep, tail = prompt.rpartition("Question:")
     return tail.strip() if sep else prompt.strip()
+
+
+def _bind_speedups(module: Any) -> None:
+    """Point this module's hot-path names at the C twins in ``module``, or at the Python references
+    (``_digest`` follows core's, bound first)."""
+    global _parse_turn_c, _digest
+    _parse_turn_c = None if module is None else module.parse_turn
+    _digest = core._digest
+
+
+_digest = core._digest
+speedups.bind(_bind_speedups)
 
 
 def _empty_block() -> tuple[str, int]:

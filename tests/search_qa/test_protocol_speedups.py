@@ -1,0 +1,137 @@
+"""The Search-R1 parser's C twins and a whole SearchQA transcript with and without the C speed-ups.
+
+Why: ``parse_turn`` decides what every turn means; its C twin (``stratagym.envs._speedups``) must agree
+with the Python reference on any text -- tags at the edges, nested and mismatched tags, unclosed tags,
+every PEP 393 string kind, lone surrogates, Unicode whitespace around the content -- and the env must
+produce byte-identical observations and infos (hashes included) whichever path runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stratagym.envs import speedups
+from stratagym.envs.search_qa import protocol
+from stratagym.envs.search_qa.env import PASSAGE_TABLE, SearchQAEnv
+
+from tests.core.test_speedups import ANY_CHAR, outcome
+from tests.search_qa.test_env_transcript import transcript
+
+C = speedups._import()
+pytestmark = pytest.mark.skipif(C is None, reason="the C speed-ups are not built (tests/core/test_speedups.py)")
+
+FRAGMENTS = ["<search>", "</search>", "<answer>", "</answer>", "<search", "</answer", "<SEARCH>", "<", ">", "/",
+             "search", "answer", "<think>", "</think>", " ", "\n", "\t", "\x0b", "\x1c", "\x85", "\xa0", "\u2003",
+             "\u3000", "q", "é", "漢", "😀", "\ud800", "\udc00", "\x00"]
+TURN = st.lists(st.sampled_from(FRAGMENTS) | st.text(ANY_CHAR, max_size=4), max_size=24).map("".join)
+MAX_QUERY = st.none() | st.integers(-2, 12) | st.sampled_from([1 << 70, 2.5, float("nan"), True, False])
+ACCEPT = st.booleans() | st.sampled_from([0, 1, "", "yes", None])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(TURN, MAX_QUERY, ACCEPT)
+def test_parse_turn_equals_python(text, max_query_chars, accept):
+    want = outcome(protocol._parse_turn_py, text, max_query_chars=max_query_chars, accept_unclosed_tags=accept)
+    assert outcome(C.parse_turn, text, max_query_chars, accept) == want
+    assert outcome(protocol.parse_turn, text, max_query_chars=max_query_chars, accept_unclosed_tags=accept) == want
+
+
+@settings(max_examples=800, deadline=None)
+@given(TURN)
+def test_pieces_equal_python(text):
+    assert C.cut_response(text) == protocol.cut_response(text)
+    assert C.first_action(text) == protocol._first_action(text)
+    assert C.close_unclosed_tag(text) == protocol.close_unclosed_tag(text)
+
+
+KNOWN = [
+    ("<search> q </search>", ("search", "q", "<search> q </search>")),
+    ("<answer>a</answer><search>q</search>", ("answer", "a", "<answer>a</answer><search>q</search>")),
+    ("<search>x</answer>", ("invalid", protocol._NO_ACTION, "<search>x</answer>")),
+    ("<answer> a </answer> and <answer>\u3000b\xa0</answer>", ("answer", "a", "<answer> a </answer>")),
+    ("<answer> a </answer><answer>\u3000b\xa0</answer></search>", ("answer", "b", "<answer> a </answer><answer>\u3000b\xa0</answer></search>")),
+    ("<answer>1</answer><answer>2</answer></search>", ("answer", "2", "<answer>1</answer><answer>2</answer></search>")),
+    ("<search><answer>x</answer></search>", ("search", "<answer>x</answer>", "<search><answer>x</answer></search>")),
+    ("", ("invalid", protocol._NO_ACTION, "")),
+    ("<search></search>", ("search", "", "<search></search>")),
+    ("\ud800<search>\ud800 😀 </search>tail", ("search", "\ud800 😀", "\ud800<search>\ud800 😀 </search>")),
+]
+
+
+def test_known_answers():
+    for text, want in KNOWN:
+        assert C.parse_turn(text, None, False) == protocol._parse_turn_py(text) == want, text
+    assert C.parse_turn("<search> abcdef </search>", 3, False)[1] == "the search query is too long (6 > 3 characters)"
+    assert C.parse_turn("think <search> q", None, True) == ("search", "q", "think <search> q</search>")
+    assert C.parse_turn("<search> q <answer> a", None, True) == ("answer", "a", "<search> q <answer> a</answer>")
+    assert C.parse_turn("<search> q", None, False)[0] == "invalid"
+
+
+def test_huge_turns_and_tags_at_the_edges():
+    body = "漢" * 50_000 + "\ud800" + "x" * 50_000
+    for text in (f"<search>{body}</search>", f"{body}<answer>{body}</answer>", "<search>" * 10_000 + "</answer>",
+                 "<answer>" * 5_000 + "</answer>" * 5_000, f"<search>{body}", f"{body}</search>",
+                 "</search>" + "<search>q</search>" * 1000):
+        for mq in (None, 10, 1 << 20):
+            for accept in (False, True):
+                assert C.parse_turn(text, mq, accept) == protocol._parse_turn_py(
+                    text, max_query_chars=mq, accept_unclosed_tags=accept)
+
+
+def test_str_subclasses_take_the_python_path():
+    class Sub(str):
+        def find(self, *args: Any) -> int:  # a subclass may change what the parser sees
+            return -1
+
+    text = Sub("<search> q </search>")
+    assert protocol.parse_turn(text) == protocol._parse_turn_py(text)
+    assert outcome(C.parse_turn, text, None, False)[0] == "raises"  # the twin takes exact str only
+
+
+def _episodes(use_c: bool) -> dict[str, Any]:
+    speedups.use(use_c)
+    PASSAGE_TABLE.clear()
+    return transcript()
+
+
+def test_episodes_are_identical_with_and_without_the_speedups():
+    before = speedups.ENABLED
+    try:
+        runs = {flag: _episodes(flag) for flag in (True, False, True)}  # True twice: the table warm the second time
+    finally:
+        speedups.use(before)
+    ref = runs[False]
+    for got in runs.values():
+        assert repr(got) == repr(ref)  # values, key order, types (1 vs 1.0 vs True), hashes
+        for name in ref:
+            assert [list(row["info"]) for row in got[name]] == [list(row["info"]) for row in ref[name]]
+
+
+def test_random_episodes_are_identical_with_and_without_the_speedups():
+    import numpy as np
+
+    before = speedups.ENABLED
+    out = {}
+    try:
+        for flag in (True, False):
+            speedups.use(flag)
+            env = SearchQAEnv(split="test", context_k=3, max_turns=3)
+            rng, rows = np.random.default_rng(7), []
+            for episode in range(25):
+                obs, info = env.reset(seed=episode)
+                rows.append((obs, info))
+                done = False
+                while not done:
+                    action = env.random_action(rng, info)
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    rows.append((action, obs, reward, terminated, truncated, info))
+                    done = terminated or truncated
+            env.close()
+            out[flag] = repr(rows)
+    finally:
+        speedups.use(before)
+    assert out[True] == out[False]
