@@ -7,9 +7,13 @@ boolean attention mask that SDPA converts per layer. :class:`FusedScorer` comput
 ``Qwen2ForCausalLM`` (RMSNorm in fp32, rotary embeddings, grouped-query attention, SiLU-gated MLP, tied
 or untied head) as plain torch ops over the model's own parameters:
 
-* q/k/v and gate/up are one matmul each, with weights concatenated by ``torch.cat`` on every call (so
-  autograd routes the gradients back into the real ``q_proj``/``k_proj``/... parameters);
-* rotary is applied to the q and k heads in one pass;
+* q/k/v are one matmul, with weights concatenated by ``torch.cat`` on every call (so autograd routes the
+  gradients back into the real ``q_proj``/``k_proj``/``v_proj`` parameters), split with ``split`` (whose
+  backward is one ``cat``; slicing would zero-fill a full-size gradient per slice and add them up);
+* gate and up stay two matmuls: at these sizes two half-width products cost what one full-width product
+  does, and they give contiguous halves, on which SiLU, the product and their backward run ~20 % faster
+  than on the strided halves of one product (and no weight ``cat`` is needed);
+* rotary is applied to the q and k heads in one pass, with cos/sin tables broadcast over the heads;
 * SDPA gets an additive float mask built once per pass and shared by all layers (transformers hands it
   a boolean mask, which it converts in every layer) and grouped-query heads as they are
   (``enable_gqa``, no repeated keys);
@@ -105,7 +109,8 @@ class FusedScorer:
         return w * h.to(x.dtype)
 
     def _rope(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin tables (N, nh + nkv, S, hd) for the q and k heads at positions ``pos`` (N, S); sin has
+        """cos/sin tables (N, 1, S, hd) at positions ``pos`` (N, S), broadcast over the q and k heads (not
+        materialised per head: at 1000 tokens that was two 1.5 MB copies per pass); sin has
         ``rotate_half``'s sign folded in (``rotate_half(x) * sin == roll(x, hd/2) * signed_sin``)."""
         inv = self.inner.rotary_emb.inv_freq.to(device=pos.device, dtype=torch.float32)
         freqs = pos.to(torch.float32)[..., None] * inv  # (N, S, hd/2)
@@ -114,25 +119,18 @@ class FusedScorer:
         sin = (emb.sin() * self.rope_scale).to(dtype)
         half = self.hd // 2
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-        N, S, hd = cos.shape
-        nh, nkv = self.nh, self.nkv
-
-        def table(t: torch.Tensor) -> torch.Tensor:
-            t = t[:, None]
-            return torch.cat((t.expand(N, nh, S, hd), t.expand(N, nkv, S, hd)), 1)
-
-        return table(cos), table(sin)
+        return cos[:, None], sin[:, None]
 
     def _weights(self) -> list[tuple]:
+        """Per layer: the two norm weights, the concatenated q/k/v weight and bias, then the o, gate, up and
+        down projections (modules: weight and bias are read from them)."""
         out = []
         for layer in self.inner.layers:
             a, m = layer.self_attn, layer.mlp
             out.append((
                 layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
                 torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), _cat_bias(a.q_proj, a.k_proj, a.v_proj),
-                a.o_proj.weight, a.o_proj.bias,
-                torch.cat([m.gate_proj.weight, m.up_proj.weight]), _cat_bias(m.gate_proj, m.up_proj),
-                m.down_proj.weight, m.down_proj.bias,
+                a.o_proj, m.gate_proj, m.up_proj, m.down_proj,
             ))
         return out
 
@@ -154,12 +152,12 @@ class FusedScorer:
         half = hd // 2
         kvs = []
         n_layers = len(weights)
-        for li, (ln1, ln2, w_qkv, b_qkv, w_o, b_o, w_gu, b_gu, w_down, b_down) in enumerate(weights):
+        for li, (ln1, ln2, w_qkv, b_qkv, o_proj, gate, up, down) in enumerate(weights):
             h = self._rms(x, ln1)
             qkv = F.linear(h, w_qkv, b_qkv).view(N, S, nh + 2 * nkv, hd).transpose(1, 2)
-            qk = qkv[:, : nh + nkv]
+            qk, v = qkv.split([nh + nkv, nkv], 1)
             qk = qk * cos + qk.roll(half, -1) * sin  # rotary on q and k in one pass
-            q, k, v = qk[:, :nh], qk[:, nh:], qkv[:, nh + nkv :]
+            q, k = qk.split([nh, nkv], 1)
             if keep_kv:
                 kvs.append((k, v))
                 if li == n_layers - 1 and not last_needed:
@@ -167,10 +165,10 @@ class FusedScorer:
             if prefix is not None:
                 k = torch.cat((prefix[li][0], k), 2)
                 v = torch.cat((prefix[li][1], v), 2)
-            x = x + F.linear(self._attend(q, k, v, bias), w_o, b_o)
+            x = x + F.linear(self._attend(q, k, v, bias), o_proj.weight, o_proj.bias)
             h = self._rms(x, ln2)
-            g, u = F.linear(h, w_gu, b_gu).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(g) * u, w_down, b_down)
+            g = F.silu(F.linear(h, gate.weight, gate.bias))
+            x = x + F.linear(g * F.linear(h, up.weight, up.bias), down.weight, down.bias)
         return x, kvs
 
     def _head(self, h: torch.Tensor) -> torch.Tensor:
