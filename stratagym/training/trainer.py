@@ -36,10 +36,12 @@ extra greedy episode per task, whose shaped return is the baseline of that task'
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import math
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -203,6 +205,7 @@ class Trainer:
         self.accelerator = accelerator or Accelerator(
             mixed_precision=tc.mixed_precision, cpu=not torch.cuda.is_available()
         )
+        end_process_group_at_exit(self.accelerator)
         self.output_dir = Path(tc.output_dir)
         self._policy_spec = dict(config.policy)
         self.policy = policy if policy is not None else build_policy(self._policy_spec)
@@ -716,6 +719,38 @@ def _critic_metrics(values: torch.Tensor, returns: torch.Tensor) -> dict[str, fl
     return out
 
 
+_END_AT_EXIT = False
+
+
+def end_process_group_at_exit(accelerator: Any) -> None:
+    """In a multi-process run, destroy the default process group when the interpreter exits normally.
+
+    Why: a gloo worker thread drops its reference to a finished collective (an ``all_gather`` of
+    ``gather_object``, a barrier) a moment after the caller's ``wait`` returns. When the last reference to
+    a tensor that has a Python object goes, that thread takes the GIL to release it; if the main thread is
+    already finalizing the interpreter, taking the GIL ends the thread with a forced unwind through a
+    ``noexcept`` destructor, and the process dies with SIGABRT ("terminate called without an active
+    exception") after all its work was done. ``destroy_process_group`` at exit (``atexit`` runs before
+    finalization) waits for the workers to finish first. Registered once per process; a no-op in one
+    process. Skipped when the process is dying of an uncaught exception (``sys.last_value`` is set): a
+    peer may be blocked in a collective with us, and the teardown must not wait on it.
+    """
+    global _END_AT_EXIT
+    if _END_AT_EXIT or accelerator.num_processes == 1:
+        return
+    atexit.register(_end_process_group)
+    _END_AT_EXIT = True
+
+
+def _end_process_group() -> None:
+    if getattr(sys, "last_value", None) is not None:
+        return
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        from accelerate.state import PartialState
+
+        PartialState().destroy_process_group()
+
+
 def share_batch_statistics(estimator: Any, accelerator: Any) -> None:
     """In a data-parallel run, make estimator state that depends on the batch follow the GLOBAL batch.
 
@@ -728,6 +763,7 @@ def share_batch_statistics(estimator: Any, accelerator: Any) -> None:
     hadw = getattr(estimator, "hadw", None)
     if hadw is None or accelerator.num_processes == 1:
         return
+    end_process_group_at_exit(accelerator)
 
     def reduce_mean(rewards: torch.Tensor) -> Optional[float]:
         local = torch.tensor([float(rewards.double().sum()), float(rewards.numel())], dtype=torch.float64,
