@@ -19,6 +19,9 @@ On a generated invented-world corpus (the bundled benchmark's generator, scaled 
    the lean and stock rows empty the table first (every passage is new to a repeat); the "same results
    before" row plays the episodes twice unmeasured first (a GRPO group repeating a query); the
    "passages met before" row does too, then forgets the whole results (known passages, new lists).
+   Every row runs twice per repeat, with the C speed-ups (``stratagym.envs._speedups``) and with the
+   pure-Python fallback (``speedups.use(False)``: what ``STRATAGYM_NO_SPEEDUPS=1`` or an install without
+   a compiler runs), in alternating order; the C/Python ratio of the env's own time is per repeat.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def main() -> int:
 
     import bm25s
 
+    from stratagym.envs import speedups
     from stratagym.envs.search_qa.data import load_corpus, load_qa
     from stratagym.envs.search_qa.env import PASSAGE_TABLE, SearchQAEnv
     from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
@@ -205,27 +209,38 @@ def main() -> int:
             return [canned[q] for q in qs]
 
     retrievers["canned"], retrievers["canned-sweep"] = Canned(0), Canned(1 << 20)
-    res = {"lean": [], "stock": [], "lean-copy": [], "lean-passages": [], "lean-results": [], "canned": [],
-           "canned-sweep": []}
+    rows = ["lean", "stock", "lean-copy", "lean-passages", "lean-results", "canned", "canned-sweep"]
+    modes = ("C", "Python") if speedups.available() else ("Python",)
+    res = {(name, mode): [] for name in rows for mode in modes}
     warmth = {"lean-passages": "passages", "lean-results": "results", "canned": "results", "canned-sweep": "results"}
-    for i in range(args.repeats):
-        names = list(res) if i % 2 == 0 else list(res)[::-1]
-        for name in names:
-            res[name].append(overhead(retrievers.get(name, lean), warm=warmth.get(name, "")))
+    before = speedups.ENABLED
+    try:
+        for i in range(args.repeats):
+            for j, name in enumerate(rows if i % 2 == 0 else rows[::-1]):
+                for mode in (modes if (i + j) % 2 == 0 else modes[::-1]):  # A/B order alternates too
+                    speedups.use(mode == "C")
+                    res[name, mode].append(overhead(retrievers.get(name, lean), warm=warmth.get(name, "")))
+    finally:
+        speedups.use(before)
     print(f"\nenv overhead per search step ({len(episodes)} oracle episodes, "
-          f"{sum(len(ex.oracle_queries) for ex in episodes)} searches per repeat):")
+          f"{sum(len(ex.oracle_queries) for ex in episodes)} searches per repeat; C: with the C speed-ups, "
+          f"Python: the pure-Python fallback{'' if 'C' in modes else ' -- the C speed-ups are not built here'}):")
     for name, label in (("lean", "default retriever"), ("lean-passages", "default, passages met before"),
                         ("lean-results", "default, same results before"), ("lean-copy", "lean tokenizer, top-k on a copy"),
                         ("stock", "bm25s's query path")):
-        pct = [x[0] for x in res[name]]
-        us = [x[1] for x in res[name]]
-        ret = [x[2] for x in res[name]]
-        print(f"  {label:32s}: {spread(pct)} % of the retriever's time (medians per step: {spread(us, '{:.0f}')} us "
-              f"of env code over {spread(ret, '{:.0f}')} us of retrieval)")
-    cold = [x[1] for x in res["canned-sweep"]]
-    print(f"  the same env code on looked-up results (same results before), caches kept: "
-          f"{spread([x[1] for x in res['canned']], '{:.1f}')} us; after a 1 MB memory sweep: {spread(cold, '{:.1f}')} us "
-          f"(sweep {spread([x[2] for x in res['canned-sweep']], '{:.0f}')} us)")
+        for mode in modes:
+            got = res[name, mode]
+            print(f"  {label if mode == modes[0] else '':32s} {mode:6s}: {spread([x[0] for x in got])} % of the "
+                  f"retriever's time (medians per step: {spread([x[1] for x in got], '{:.1f}')} us of env code over "
+                  f"{spread([x[2] for x in got], '{:.0f}')} us of retrieval)")
+        if len(modes) == 2:
+            ratio = [c[1] / p[1] for c, p in zip(res[name, "C"], res[name, "Python"])]
+            print(f"  {'':32s} C/Python env time: {spread(ratio, '{:.2f}')}")
+    for mode in modes:
+        kept, cold = res["canned", mode], res["canned-sweep", mode]
+        print(f"  {mode}: the same env code on looked-up results (same results before), caches kept: "
+              f"{spread([x[1] for x in kept], '{:.1f}')} us; after a 1 MB memory sweep: "
+              f"{spread([x[1] for x in cold], '{:.1f}')} us (sweep {spread([x[2] for x in cold], '{:.0f}')} us)")
     return 0 if same else 1
 
 

@@ -22,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
 
 /* PyUnicode_READY is a deprecated no-op from 3.12 on (strings are always ready). */
@@ -152,6 +153,62 @@ static uint64_t blake2b8(const unsigned char *data, size_t len)
     return h[0] & 0x7FFFFFFFFFFFFFFFULL;
 }
 
+/* The same hash fed a byte at a time (stable_hash streams the normalised text's UTF-8 through it, so
+ * it never builds the normalised string or its bytes). A full buffer is compressed only once another
+ * byte arrives: BLAKE2b compresses the last block with the final flag. */
+typedef struct {
+    uint64_t h[8];
+    uint64_t t;
+    size_t fill;
+    unsigned char buf[128];
+} B2bStream;
+
+static void b2b_start(B2bStream *st)
+{
+    memcpy(st->h, B2B_IV, sizeof st->h);
+    st->h[0] ^= 0x01010000ULL ^ 8ULL;
+    st->t = 0;
+    st->fill = 0;
+}
+
+static inline void b2b_byte(B2bStream *st, unsigned char byte)
+{
+    if (st->fill == 128) {
+        st->t += 128;
+        b2b_compress(st->h, st->buf, st->t, 0);
+        st->fill = 0;
+    }
+    st->buf[st->fill++] = byte;
+}
+
+static uint64_t b2b_end(B2bStream *st)
+{
+    memset(st->buf + st->fill, 0, 128 - st->fill);
+    st->t += st->fill;
+    b2b_compress(st->h, st->buf, st->t, 1);
+    return st->h[0] & 0x7FFFFFFFFFFFFFFFULL;
+}
+
+/* One code point as UTF-8 with errors="surrogatepass" (a lone surrogate is its plain 3-byte form). */
+static inline void b2b_utf8(B2bStream *st, Py_UCS4 c)
+{
+    if (c < 0x80) {
+        b2b_byte(st, (unsigned char)c);
+    } else if (c < 0x800) {
+        b2b_byte(st, (unsigned char)(0xC0 | (c >> 6)));
+        b2b_byte(st, (unsigned char)(0x80 | (c & 0x3F)));
+    } else if (c < 0x10000) {
+        b2b_byte(st, (unsigned char)(0xE0 | (c >> 12)));
+        b2b_byte(st, (unsigned char)(0x80 | ((c >> 6) & 0x3F)));
+        b2b_byte(st, (unsigned char)(0x80 | (c & 0x3F)));
+    } else {
+        b2b_byte(st, (unsigned char)(0xF0 | (c >> 18)));
+        b2b_byte(st, (unsigned char)(0x80 | ((c >> 12) & 0x3F)));
+        b2b_byte(st, (unsigned char)(0x80 | ((c >> 6) & 0x3F)));
+        b2b_byte(st, (unsigned char)(0x80 | (c & 0x3F)));
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Module state: interned constants                                                                 */
 /* ------------------------------------------------------------------------------------------------ */
@@ -161,6 +218,7 @@ static PyObject *S_SEARCH, *S_ANSWER, *S_INVALID, *S_OPEN_SEARCH, *S_OPEN_ANSWER
 static PyObject *K_TASK_ID, *K_STEP, *K_ACTION_VALID, *K_TOOL_CALLS, *K_SEARCH_COUNT, *K_STATE_HASH,
     *K_CONTEXT_HASHES, *K_WON, *K_SCORE;
 static PyObject *ZERO, *NO_CONTEXT;
+static PyObject *S_NFC, *UNICODEDATA_NORMALIZE; /* unicodedata.normalize, imported at module init */
 
 /* ------------------------------------------------------------------------------------------------ */
 /* digest8 / ctx_push                                                                                */
@@ -177,6 +235,75 @@ static PyObject *digest8(PyObject *self, PyObject *arg)
     return PyLong_FromUnsignedLongLong(d);
 }
 
+/* stable_hash(text: exact str) -> core.stable_hash(text): BLAKE2b-64 of
+ * " ".join(unicodedata.normalize("NFC", text).split()).encode("utf-8", "surrogatepass"), masked. ASCII
+ * text is already NFC; other text is normalised by unicodedata itself. The split-and-join is a pass
+ * that drops leading and trailing whitespace and turns every inner run (Py_UNICODE_ISSPACE, what
+ * str.split() splits on) into one space, streamed into the hash. */
+static PyObject *stable_hash(PyObject *self, PyObject *text)
+{
+    if (!PyUnicode_CheckExact(text)) {
+        PyErr_SetString(PyExc_TypeError, "stable_hash takes an exact str");
+        return NULL;
+    }
+    if (STR_READY(text) < 0) {
+        return NULL;
+    }
+    PyObject *norm;
+    if (PyUnicode_IS_ASCII(text)) {
+        Py_INCREF(text);
+        norm = text;
+    } else {
+        norm = PyObject_CallFunctionObjArgs(UNICODEDATA_NORMALIZE, S_NFC, text, NULL);
+        if (norm == NULL) {
+            return NULL;
+        }
+        if (!PyUnicode_Check(norm) || STR_READY(norm) < 0) {
+            Py_DECREF(norm);
+            PyErr_SetString(PyExc_TypeError, "unicodedata.normalize did not return a str");
+            return NULL;
+        }
+    }
+    B2bStream st;
+    b2b_start(&st);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(norm);
+    int kind = PyUnicode_KIND(norm);
+    const void *data = PyUnicode_DATA(norm);
+    int started = 0, pending = 0;
+    if (kind == PyUnicode_1BYTE_KIND && PyUnicode_IS_ASCII(norm)) {
+        const unsigned char *p = (const unsigned char *)data;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            unsigned char c = p[i];
+            if (Py_UNICODE_ISSPACE(c)) { /* str's whitespace: \x1c-\x1f too, unlike Py_ISSPACE */
+                pending = started;
+                continue;
+            }
+            if (pending) {
+                b2b_byte(&st, ' ');
+                pending = 0;
+            }
+            b2b_byte(&st, c);
+            started = 1;
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (Py_UNICODE_ISSPACE(c)) {
+                pending = started;
+                continue;
+            }
+            if (pending) {
+                b2b_byte(&st, ' ');
+                pending = 0;
+            }
+            b2b_utf8(&st, c);
+            started = 1;
+        }
+    }
+    Py_DECREF(norm);
+    return PyLong_FromUnsignedLongLong(b2b_end(&st));
+}
+
 /* The 8 little-endian bytes Python's ``h.to_bytes(8, "little")`` gives; 0 on success, -1 with the
  * exception that call raises. Exact ints in range are converted here; anything else (a bool, an int
  * subclass, an out-of-range int, a non-int) goes through the real ``to_bytes`` method, so the result or
@@ -184,7 +311,11 @@ static PyObject *digest8(PyObject *self, PyObject *arg)
 static int to8(PyObject *obj, unsigned char out[8])
 {
     if (PyLong_CheckExact(obj)) {
+#if ULONG_MAX == 0xFFFFFFFFFFFFFFFFULL /* PyLong_AsUnsignedLong reads the digits directly (LP64) */
+        unsigned long long x = PyLong_AsUnsignedLong(obj);
+#else
         unsigned long long x = PyLong_AsUnsignedLongLong(obj);
+#endif
         if (!(x == (unsigned long long)-1 && PyErr_Occurred())) {
             store64_le(out, (uint64_t)x);
             return 0;
@@ -280,11 +411,21 @@ static PyObject *clean_text(PyObject *text)
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t first = -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (IS_DROPPED_CONTROL(c) || IS_SURROGATE(c)) {
-            first = i;
-            break;
+    if (kind == PyUnicode_1BYTE_KIND) { /* no surrogates in Latin-1: only the controls to look for */
+        const unsigned char *p = (const unsigned char *)data;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (IS_DROPPED_CONTROL(p[i])) {
+                first = i;
+                break;
+            }
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (IS_DROPPED_CONTROL(c) || IS_SURROGATE(c)) {
+                first = i;
+                break;
+            }
         }
     }
     if (first < 0) {
@@ -713,6 +854,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"digest8", (PyCFunction)digest8, METH_O, "core._digest: BLAKE2b-64 of bytes as a 63-bit int."},
+    {"stable_hash", (PyCFunction)stable_hash, METH_O, "core.stable_hash for an exact str."},
     {"ctx_push", (PyCFunction)(void (*)(void))ctx_push, METH_FASTCALL,
      "ctx_push(levels, h, k): ContextTracker.push_hash's new level list."},
     {"sanitize_str", (PyCFunction)(void (*)(void))sanitize_str, METH_FASTCALL,
@@ -750,6 +892,18 @@ PyMODINIT_FUNC PyInit__speedups(void)
         intern(&K_TOOL_CALLS, "tool_calls") < 0 || intern(&K_SEARCH_COUNT, "search_count") < 0 ||
         intern(&K_STATE_HASH, "state_hash") < 0 || intern(&K_CONTEXT_HASHES, "context_hashes") < 0 ||
         intern(&K_WON, "won") < 0 || intern(&K_SCORE, "score") < 0) {
+        return NULL;
+    }
+    if (intern(&S_NFC, "NFC") < 0) {
+        return NULL;
+    }
+    PyObject *unicodedata = PyImport_ImportModule("unicodedata");
+    if (unicodedata == NULL) {
+        return NULL;
+    }
+    UNICODEDATA_NORMALIZE = PyObject_GetAttrString(unicodedata, "normalize");
+    Py_DECREF(unicodedata);
+    if (UNICODEDATA_NORMALIZE == NULL) {
         return NULL;
     }
     ZERO = PyLong_FromLong(0);

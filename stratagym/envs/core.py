@@ -134,8 +134,19 @@ def stable_hash(text: str) -> int:
 
     Python's ``hash()`` is salted per process, so it cannot identify states across rollout workers;
     blake2b of the normalised UTF-8 text can. The value fits in int64 and is never -1, which the
-    algorithms use for "no history at this level".
+    algorithms use for "no history at this level". A plain ``str`` goes to the C twin when the
+    speed-ups are built (it streams the normalised text into the hash without building it).
     """
+    if _stable_hash_c is not None and type(text) is str:
+        return _stable_hash_c(text)
+    return _stable_hash_py(text)
+
+
+_stable_hash_c = None  # _speedups.stable_hash once bound
+
+
+def _stable_hash_py(text: str) -> int:
+    """:func:`stable_hash` in Python: the reference of its C twin, and the path for str subclasses."""
     return _digest(normalize_text(text).encode("utf-8", "surrogatepass"))
 
 
@@ -576,9 +587,10 @@ _make_info = None  # _speedups.make_info once bound
 
 def _bind_speedups(module: Any) -> None:
     """Point this module's hot-path names at the C twins in ``module``, or at the Python references."""
-    global _digest, _ctx_push, _sanitize_str, _make_info
+    global _digest, _stable_hash_c, _ctx_push, _sanitize_str, _make_info
     c = module is not None
     _digest = module.digest8 if c else _digest_py
+    _stable_hash_c = module.stable_hash if c else None
     _ctx_push = module.ctx_push if c else None
     _sanitize_str = module.sanitize_str if c else None
     _make_info = module.make_info if c else None

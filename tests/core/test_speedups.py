@@ -69,7 +69,7 @@ def test_extension_is_built_where_a_compiler_exists():
 def _selection(env: dict[str, str]) -> str:
     code = ("from stratagym.envs import core, speedups\nfrom stratagym.envs.search_qa import protocol as p\n"
             "print(speedups.ENABLED, core._digest is core._digest_py, p._parse_turn_c is None, "
-            "core._make_info is None, core._sanitize_str is None, "
+            "core._make_info is None, core._sanitize_str is None, core._stable_hash_c is None, "
             "core.ContextTracker.push_hash is core.ContextTracker._push_hash_py)")
     full_env = {k: v for k, v in os.environ.items() if k != "STRATAGYM_NO_SPEEDUPS"} | env
     done = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120)
@@ -78,13 +78,13 @@ def _selection(env: dict[str, str]) -> str:
 
 
 def test_environment_variable_forces_the_python_path():
-    assert _selection({"STRATAGYM_NO_SPEEDUPS": "1"}) == ["False", "True", "True", "True", "True", "True"]
+    assert _selection({"STRATAGYM_NO_SPEEDUPS": "1"}) == ["False"] + ["True"] * 6
 
 
 @needs_c
 def test_speedups_are_used_by_default_and_with_zero():
     for env in ({}, {"STRATAGYM_NO_SPEEDUPS": "0"}, {"STRATAGYM_NO_SPEEDUPS": ""}):
-        assert _selection(env) == ["True", "False", "False", "False", "False", "False"]
+        assert _selection(env) == ["True"] + ["False"] * 6
 
 
 @needs_c
@@ -127,6 +127,34 @@ def test_digest_equals_hashlib(data):
 def test_digest_rejects_what_hashlib_rejects():
     for bad in ("text", 5, None, [1]):
         assert outcome(C.digest8, bad)[0] == outcome(core._digest_py, bad)[0] == "raises"
+
+
+_SPACE_RUNS = st.lists(st.sampled_from([" ", "  ", "\n", "\t", "\x1c", "\x1f", "\x85", "\xa0", "\u2003", "\u3000",
+                                         "a", "bc", "e\u0301", "\u00e9", "\u212b", "\ud800", "😀", "\x00"]),
+                       max_size=80).map("".join)
+
+
+@needs_c
+@settings(max_examples=800, deadline=None)
+@given(TEXT | _SPACE_RUNS | st.text(st.sampled_from("ab \n\t"), min_size=100, max_size=400))
+def test_stable_hash_equals_python(text):
+    assert C.stable_hash(text) == core._stable_hash_py(text) == core.stable_hash(text)
+
+
+@needs_c
+def test_stable_hash_known_answers():
+    assert C.stable_hash("") == core._digest_py(b"")
+    assert C.stable_hash("  You are in the   middle of a room.\n") == core._digest_py(b"You are in the middle of a room.")
+    assert C.stable_hash("e\u0301") == C.stable_hash("\u00e9") == core._digest_py("\u00e9".encode())
+    for n in (126, 127, 128, 129, 255, 256, 257, 100_000):  # block boundaries of the streamed hash
+        for text in ("x" * n, " " + "y" * n + " ", "\u00e9" * n, "😀" * (n // 4)):
+            assert C.stable_hash(text) == core._stable_hash_py(text), (n, text[:3])
+
+    class Sub(str):
+        pass
+
+    assert core.stable_hash(Sub(" a ")) == core._stable_hash_py("a")
+    assert outcome(C.stable_hash, b"bytes")[0] == "raises"
 
 
 # ---- the context tracker ---------------------------------------------------------------------------
