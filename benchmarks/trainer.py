@@ -22,8 +22,15 @@ each trainer's own methods (:class:`PhaseClock`), so the split costs nothing whe
 
     OMP_NUM_THREADS=1 python benchmarks/trainer.py [--repeats 3] [--steps 8] [--hidden 64|256]
         [--model data/checkpoints/sft-searchqa] [--no-fused] [--no-shared-prompts] [--no-fused-scoring]
+        [--no-retain-heap] [--cpu-time]
 
-Timings on a shared, loaded machine swing; compare the ratio, run it a few times.
+stratagym's Trainer keeps freed memory in the heap (``train.retain_heap``, glibc ``mallopt``): a
+process-wide setting, so TRL, in the same process, runs with it too (``--no-retain-heap`` turns it off
+for both).
+
+Timings on a shared, loaded machine swing; compare the ratio, run it a few times. ``--cpu-time`` times
+both trainers by this thread's CPU time instead of wall time (both run on it), which leaves out the
+waits for a core when other jobs load the machine.
 """
 
 from __future__ import annotations
@@ -83,7 +90,7 @@ def _register_env() -> str:
 
 
 def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True, shared: bool = True,
-                   fused_scoring: bool = True):
+                   fused_scoring: bool = True, retain_heap: bool = True):
     from stratagym.training.config import RecipeConfig
     from stratagym.training.trainer import Trainer
 
@@ -98,12 +105,23 @@ def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused
         "loss": {"kl_coef": 0.04, "kl_type": "k3", "agg": "token-mean", "clip_low": 0.2},
         "optim": {"lr": 1.0e-5, "micro_batch_size": 16, "max_grad_norm": 1.0},
         "train": {"total_steps": steps + warmup, "seed": 0, "output_dir": tempfile.mkdtemp(prefix="bench-sg-"),
-                  "save_every": 0, "progress": False, "tensorboard": False, "deterministic": False},
+                  "save_every": 0, "progress": False, "tensorboard": False, "deterministic": False,
+                  "retain_heap": retain_heap},
     })
     trainer = Trainer(cfg)
     # tasks_per_step=2 over 2 prompts: sample both prompts every step, like TRL's batch
     trainer._task_ids = list(trainer._task_ids)
     return trainer
+
+
+#: the clock of every step and phase timing: wall time, or with ``--cpu-time`` this thread's CPU time
+#: (both trainers run on this one thread; on a machine shared with other jobs, CPU time leaves out the
+#: waits for a core, so the ratio swings less; cache and memory-bandwidth contention still count)
+_CLOCK = {"now": time.perf_counter}
+
+
+def clock_now() -> float:
+    return _CLOCK["now"]()
 
 
 PHASES = ("generation", "rewards/env", "old logprobs", "reference", "forward+loss", "backward", "optimizer", "other")
@@ -134,12 +152,12 @@ class PhaseClock:
                 return fn(*args, **kwargs)
             name = phase(*args, **kwargs) if callable(phase) else phase
             self._depth += 1
-            t0 = time.perf_counter()
+            t0 = clock_now()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self._depth -= 1
-                self.add(name, time.perf_counter() - t0)
+                self.add(name, clock_now() - t0)
 
         setattr(obj, attr, timed)
 
@@ -176,9 +194,9 @@ def instrument_stratagym(trainer) -> PhaseClock:
 
     def timed_step():
         clock.start()
-        t0 = time.perf_counter()
+        t0 = clock_now()
         row = step()
-        dt = time.perf_counter() - t0
+        dt = clock_now() - t0
         clock.add("rewards/env", row.get("time/env", 0.0))
         clock.end(dt)
         return row
@@ -211,14 +229,14 @@ def summarise_stratagym(rows: list[dict], times: list[float]) -> dict:
 
 
 def bench_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused: bool = True,
-                    shared: bool = True, fused_scoring: bool = True) -> dict:
-    trainer = make_stratagym(model_path, steps, warmup, max_new, fused, shared, fused_scoring)
+                    shared: bool = True, fused_scoring: bool = True, retain_heap: bool = True) -> dict:
+    trainer = make_stratagym(model_path, steps, warmup, max_new, fused, shared, fused_scoring, retain_heap)
     clock = instrument_stratagym(trainer)
     rows, times = [], []
     for i in range(steps + warmup):
-        t0 = time.perf_counter()
+        t0 = clock_now()
         row = trainer.train_step()
-        dt = time.perf_counter() - t0
+        dt = clock_now() - t0
         if i >= warmup:
             rows.append(row)
             times.append(dt)
@@ -253,15 +271,15 @@ def bench_trl(model_path: str, steps: int, warmup: int, max_new: int, cache: str
 
         def on_step_begin(self, args, state, control, **kw):
             clock.start()
-            self.t0 = time.perf_counter()
+            self.t0 = clock_now()
 
         def on_step_end(self, args, state, control, **kw):
-            times.append(time.perf_counter() - self.t0)
+            times.append(clock_now() - self.t0)
             clock.end(times[-1])
             if paired is not None:
-                t0 = time.perf_counter()
+                t0 = clock_now()
                 row = paired.train_step()
-                ours.append((time.perf_counter() - t0, row))
+                ours.append((clock_now() - t0, row))
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
@@ -332,11 +350,18 @@ def main(argv: list[str] | None = None) -> None:
                     help="stratagym re-scores every row whole (policy.shared_prompt_scoring: false)")
     ap.add_argument("--no-fused-scoring", action="store_true",
                     help="stratagym re-scores through the transformers forward (policy.fused_scoring: false)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time steps and phases by this thread's CPU time instead of wall time (steadier on a "
+                         "loaded machine; both trainers run on this thread)")
+    ap.add_argument("--no-retain-heap", action="store_true",
+                    help="train.retain_heap: false (glibc's default trimming; process-wide: TRL runs in this "
+                         "process, so it applies to both trainers either way)")
     ap.add_argument("--trl-cache", default=None, help="TRL's generation cache_implementation (e.g. static)")
     ap.add_argument("--sequential", action="store_true",
                     help="all stratagym steps, then all TRL steps (default: one stratagym step after each TRL step, "
                          "so both see the same load)")
     args = ap.parse_args(argv)
+    _CLOCK["now"] = time.thread_time if args.cpu_time else time.perf_counter
     path = model_path(args.hidden, args.model)
     from transformers import AutoConfig
 
@@ -351,7 +376,8 @@ def main(argv: list[str] | None = None) -> None:
         ours = theirs = None
         if args.only is None and not args.sequential:
             trainer = make_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused,
-                                     shared=not args.no_shared_prompts, fused_scoring=not args.no_fused_scoring)
+                                     shared=not args.no_shared_prompts, fused_scoring=not args.no_fused_scoring,
+                                     retain_heap=not args.no_retain_heap)
             clock = instrument_stratagym(trainer)
             theirs = bench_trl(path, args.steps, args.warmup, args.max_new, cache=args.trl_cache, paired=trainer,
                                paired_clock=clock)
@@ -366,7 +392,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{min(theirs['step_ratios']):.2f}x .. {max(theirs['step_ratios']):.2f}x", flush=True)
         elif args.only in (None, "stratagym"):
             ours = bench_stratagym(path, args.steps, args.warmup, args.max_new, fused=not args.no_fused,
-                                   shared=not args.no_shared_prompts, fused_scoring=not args.no_fused_scoring)
+                                   shared=not args.no_shared_prompts, fused_scoring=not args.no_fused_scoring,
+                                   retain_heap=not args.no_retain_heap)
             print(f"{tag}stratagym GRPO step: {ours['step_s'] * 1000:8.1f} ms  ({ours['tokens']:.0f} tokens/step; rollout "
                   f"{ours['rollout_s'] * 1000:.1f} ms, {ours['tokens_per_s']:.0f} generated tokens/s, "
                   f"env share of rollout {ours['env_share'] * 100:.2f}%)", flush=True)

@@ -201,6 +201,9 @@ class TrainConfig:
     progress: bool = True
     mixed_precision: str = "no"
     deterministic: bool = True
+    #: keep freed memory in the process heap (glibc ``mallopt``; see :mod:`stratagym.training.allocator`):
+    #: CPU steps stop re-faulting their activations' pages; process-wide, resident memory stays at the peak
+    retain_heap: bool = True
 
 
 @dataclass

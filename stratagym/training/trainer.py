@@ -202,6 +202,10 @@ class Trainer:
         seed_everything(tc.seed)
         if tc.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
+        if tc.retain_heap:
+            from stratagym.training.allocator import retain_heap
+
+            retain_heap()
         self.accelerator = accelerator or Accelerator(
             mixed_precision=tc.mixed_precision, cpu=not torch.cuda.is_available()
         )
