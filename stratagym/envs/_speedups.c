@@ -25,6 +25,13 @@
 #include <limits.h>
 #include <string.h>
 
+/* A dict sized for n keys up front where CPython exports that (3.13 made it internal). */
+#if PY_VERSION_HEX < 0x030D0000
+#define NEW_DICT(n) _PyDict_NewPresized(n)
+#else
+#define NEW_DICT(n) PyDict_New()
+#endif
+
 /* PyUnicode_READY is a deprecated no-op from 3.12 on (strings are always ready). */
 #if PY_VERSION_HEX >= 0x030C0000
 #define STR_READY(s) 0
@@ -189,6 +196,23 @@ static uint64_t b2b_end(B2bStream *st)
     return st->h[0] & 0x7FFFFFFFFFFFFFFFULL;
 }
 
+/* n bytes at once: the buffer is filled by memcpy, and a full one compressed only when more follows. */
+static void b2b_bytes(B2bStream *st, const unsigned char *p, size_t n)
+{
+    while (n) {
+        if (st->fill == 128) {
+            st->t += 128;
+            b2b_compress(st->h, st->buf, st->t, 0);
+            st->fill = 0;
+        }
+        size_t take = 128 - st->fill < n ? 128 - st->fill : n;
+        memcpy(st->buf + st->fill, p, take);
+        st->fill += take;
+        p += take;
+        n -= take;
+    }
+}
+
 /* One code point as UTF-8 with errors="surrogatepass" (a lone surrogate is its plain 3-byte form). */
 static inline void b2b_utf8(B2bStream *st, Py_UCS4 c)
 {
@@ -219,6 +243,9 @@ static PyObject *K_TASK_ID, *K_STEP, *K_ACTION_VALID, *K_TOOL_CALLS, *K_SEARCH_C
     *K_CONTEXT_HASHES, *K_WON, *K_SCORE;
 static PyObject *ZERO, *NO_CONTEXT;
 static PyObject *S_NFC, *UNICODEDATA_NORMALIZE; /* unicodedata.normalize, imported at module init */
+/* Py_UNICODE_ISSPACE for the 128 ASCII characters (str's whitespace: \x1c-\x1f too), filled at init;
+ * a table lookup the compiler needs no range check for. */
+static unsigned char ASCII_SPACE[128];
 
 /* ------------------------------------------------------------------------------------------------ */
 /* digest8 / ctx_push                                                                                */
@@ -233,6 +260,26 @@ static PyObject *digest8(PyObject *self, PyObject *arg)
     uint64_t d = blake2b8((const unsigned char *)view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLongLong(d);
+}
+
+/* digest_parts(parts: list of bytes) -> core._digest(b"".join(parts)), streamed: no joined copy. */
+static PyObject *digest_parts(PyObject *self, PyObject *parts)
+{
+    if (!PyList_CheckExact(parts)) {
+        PyErr_SetString(PyExc_TypeError, "digest_parts takes a list of bytes");
+        return NULL;
+    }
+    B2bStream st;
+    b2b_start(&st);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        if (!PyBytes_CheckExact(part)) {
+            PyErr_Format(PyExc_TypeError, "digest_parts: item %zd is %.100s, not bytes", i, Py_TYPE(part)->tp_name);
+            return NULL;
+        }
+        b2b_bytes(&st, (const unsigned char *)PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
+    }
+    return PyLong_FromUnsignedLongLong(b2b_end(&st));
 }
 
 /* stable_hash(text: exact str) -> core.stable_hash(text): BLAKE2b-64 of
@@ -271,20 +318,33 @@ static PyObject *stable_hash(PyObject *self, PyObject *text)
     const void *data = PyUnicode_DATA(norm);
     int started = 0, pending = 0;
     if (kind == PyUnicode_1BYTE_KIND && PyUnicode_IS_ASCII(norm)) {
+        /* ASCII: compact into a buffer without branching on the text (each whitespace character
+         * writes a space that only counts after a non-space; Py_UNICODE_ISSPACE is str's whitespace,
+         * \x1c-\x1f included, unlike Py_ISSPACE), drop a trailing space, hash the buffer at once */
         const unsigned char *p = (const unsigned char *)data;
+        unsigned char stack[4096], *out = n <= (Py_ssize_t)sizeof stack ? stack : PyMem_Malloc((size_t)n);
+        if (out == NULL) {
+            Py_DECREF(norm);
+            return PyErr_NoMemory();
+        }
+        size_t k = 0;
+        unsigned prev_space = 1; /* the start counts as after a space: leading whitespace is dropped */
         for (Py_ssize_t i = 0; i < n; i++) {
             unsigned char c = p[i];
-            if (Py_UNICODE_ISSPACE(c)) { /* str's whitespace: \x1c-\x1f too, unlike Py_ISSPACE */
-                pending = started;
-                continue;
-            }
-            if (pending) {
-                b2b_byte(&st, ' ');
-                pending = 0;
-            }
-            b2b_byte(&st, c);
-            started = 1;
+            unsigned space = ASCII_SPACE[c];
+            out[k] = space ? (unsigned char)' ' : c;
+            k += !(space & prev_space);
+            prev_space = space;
         }
+        if (prev_space && k) { /* the text ended in whitespace after a word: its one space goes */
+            k--;
+        }
+        uint64_t d = blake2b8(out, k);
+        if (out != stack) {
+            PyMem_Free(out);
+        }
+        Py_DECREF(norm);
+        return PyLong_FromUnsignedLongLong(d);
     } else {
         for (Py_ssize_t i = 0; i < n; i++) {
             Py_UCS4 c = PyUnicode_READ(kind, data, i);
@@ -338,18 +398,13 @@ static int to8(PyObject *obj, unsigned char out[8])
 
 /* ctx_push(levels, h, k) -> the new level list [h, combine2(levels[0], h), ..., combine2(levels[k-1], h)]
  * (only as many levels as ``levels`` has, at most k). levels[0] is ``h`` itself. */
-static PyObject *ctx_push(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *ctx_levels(PyObject *levels, PyObject *h, PyObject *k_obj)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "ctx_push(levels, h, k) takes 3 arguments");
-        return NULL;
-    }
-    PyObject *levels = args[0], *h = args[1];
     if (!PyList_Check(levels)) {
         PyErr_SetString(PyExc_TypeError, "ctx_push: levels must be a list");
         return NULL;
     }
-    Py_ssize_t k = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t k = PyLong_AsSsize_t(k_obj);
     if (k == -1 && PyErr_Occurred()) {
         return NULL;
     }
@@ -393,6 +448,15 @@ static PyObject *ctx_push(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyList_SET_ITEM(out, i + 1, v);
     }
     return out;
+}
+
+static PyObject *ctx_push(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "ctx_push(levels, h, k) takes 3 arguments");
+        return NULL;
+    }
+    return ctx_levels(args[0], args[1], args[2]);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -499,22 +563,18 @@ static PyObject *sanitize_str(PyObject *self, PyObject *const *args, Py_ssize_t 
  * the env reports no admissible actions: the standard keys in INFO_KEYS order, then ``extra``'s.
  * ``tools`` is the env's Counter (a dict), ``levels`` its ContextTracker's level list. The caller has
  * checked that ``extra`` does not override a standard key. */
-static PyObject *make_info(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *build_info(PyObject *task_id, PyObject *step, PyObject *action_valid, PyObject *tools,
+                            PyObject *levels, PyObject *won_obj, PyObject *score_obj, PyObject *extra)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "make_info takes 8 arguments");
-        return NULL;
-    }
-    PyObject *task_id = args[0], *step = args[1], *tools = args[3], *levels = args[4], *extra = args[7];
     if (!PyDict_Check(tools) || !PyList_Check(levels) || !PyDict_Check(extra)) {
         PyErr_SetString(PyExc_TypeError, "make_info: tools and extra must be dicts, levels a list");
         return NULL;
     }
-    int valid = PyObject_IsTrue(args[2]);
+    int valid = PyObject_IsTrue(action_valid);
     if (valid < 0) {
         return NULL;
     }
-    int won = PyObject_IsTrue(args[5]);
+    int won = PyObject_IsTrue(won_obj);
     if (won < 0) {
         return NULL;
     }
@@ -535,12 +595,12 @@ static PyObject *make_info(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (hashes == NULL) {
         goto fail;
     }
-    score = PyNumber_Float(args[6]);
+    score = PyNumber_Float(score_obj);
     if (score == NULL) {
         goto fail;
     }
     PyObject *state_hash = PyList_GET_SIZE(levels) ? PyList_GET_ITEM(levels, 0) : NO_CONTEXT;
-    info = PyDict_New();
+    info = NEW_DICT(9 + PyDict_GET_SIZE(extra));
     if (info == NULL) {
         goto fail;
     }
@@ -566,6 +626,15 @@ fail:
     Py_XDECREF(hashes);
     Py_XDECREF(score);
     return NULL;
+}
+
+static PyObject *make_info(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "make_info takes 8 arguments");
+        return NULL;
+    }
+    return build_info(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7]);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -855,6 +924,7 @@ done:
 static PyMethodDef methods[] = {
     {"digest8", (PyCFunction)digest8, METH_O, "core._digest: BLAKE2b-64 of bytes as a 63-bit int."},
     {"stable_hash", (PyCFunction)stable_hash, METH_O, "core.stable_hash for an exact str."},
+    {"digest_parts", (PyCFunction)digest_parts, METH_O, "core._digest(b''.join(parts)) for a list of bytes."},
     {"ctx_push", (PyCFunction)(void (*)(void))ctx_push, METH_FASTCALL,
      "ctx_push(levels, h, k): ContextTracker.push_hash's new level list."},
     {"sanitize_str", (PyCFunction)(void (*)(void))sanitize_str, METH_FASTCALL,
@@ -905,6 +975,9 @@ PyMODINIT_FUNC PyInit__speedups(void)
     Py_DECREF(unicodedata);
     if (UNICODEDATA_NORMALIZE == NULL) {
         return NULL;
+    }
+    for (int c = 0; c < 128; c++) {
+        ASCII_SPACE[c] = Py_UNICODE_ISSPACE((Py_UCS4)c) ? 1 : 0;
     }
     ZERO = PyLong_FromLong(0);
     NO_CONTEXT = PyLong_FromLong(-1);

@@ -287,7 +287,8 @@ class PassageText:
         shown[-1] = piece[1]
         shown.append("</information>\n\n")
         normal.append(b"</information>")
-        result = "\n\n<information>" + "".join(shown), _digest(b"".join(normal))
+        result = "\n\n<information>" + "".join(shown), (
+            _digest(b"".join(normal)) if _digest_parts is None else _digest_parts(normal))
         if len(self._blocks) >= self.max_blocks:
             self._blocks.clear()
         self._blocks[key] = result  # only results whose passages were all met before: no one-off results
@@ -314,12 +315,14 @@ def question_from_prompt(prompt: str) -> str:
 def _bind_speedups(module: Any) -> None:
     """Point this module's hot-path names at the C twins in ``module``, or at the Python references
     (``_digest`` follows core's, bound first)."""
-    global _parse_turn_c, _digest
+    global _parse_turn_c, _digest, _digest_parts
     _parse_turn_c = None if module is None else module.parse_turn
+    _digest_parts = None if module is None else module.digest_parts  # _digest of the joined parts, unjoined
     _digest = core._digest
 
 
 _digest = core._digest
+_digest_parts = None
 speedups.bind(_bind_speedups)
 
 
