@@ -17,8 +17,10 @@ On a generated invented-world corpus (the bundled benchmark's generator, scaled 
    ``--repeats`` times. The env keeps each passage's formatted text and hash piece in a table
    (``PASSAGE_TABLE``) from the second time it meets it, and whole results whose passages it knows:
    the lean and stock rows empty the table first (every passage is new to a repeat); the "same results
-   before" row plays the episodes twice unmeasured first (a GRPO group repeating a query); the
-   "passages met before" row does too, then forgets the whole results (known passages, new lists).
+   before" row plays the episodes three times unmeasured first (a GRPO group repeating a query; a
+   result is kept whole from the third time it is met: two plays, as before, left it at "passages met
+   before"); the "passages met before" row does too, then forgets the whole results (known passages,
+   new lists).
    Every row runs twice per repeat, with the C speed-ups (``stratagym.envs._speedups``) and with the
    pure-Python fallback (``speedups.use(False)``: what ``STRATAGYM_NO_SPEEDUPS=1`` or an install without
    a compiler runs), in alternating order; the C/Python ratio of the env's own time is per repeat.
@@ -155,7 +157,7 @@ def main() -> int:
 
         ``warm=""`` empties the env's table of formatted passages first, so every passage takes the
         plain path the first time a repeat meets it (the conservative figure); ``warm="results"`` first
-        plays the episodes twice unmeasured, so every passage and every whole result is in the table (as
+        plays the episodes three times unmeasured, so every passage and every whole result is in the table (as
         when a GRPO group's rollouts repeat a query); ``warm="passages"`` then forgets the whole results,
         so every passage is known but each result is assembled from its pieces (popular passages met
         in new combinations)."""
@@ -163,7 +165,7 @@ def main() -> int:
         timed = Timed(inner)
         if warm:
             env = SearchQAEnv(dataset=str(tmp / "test.jsonl"), split="test", retriever=timed)
-            for _ in range(2):
+            for _ in range(3):  # a passage joins the table the 2nd time it is met, a whole result the 3rd
                 for ex in episodes:
                     env.reset(options={"task_id": ex.id})
                     for q in ex.oracle_queries:

@@ -262,24 +262,108 @@ static PyObject *digest8(PyObject *self, PyObject *arg)
     return PyLong_FromUnsignedLongLong(d);
 }
 
-/* digest_parts(parts: list of bytes) -> core._digest(b"".join(parts)), streamed: no joined copy. */
-static PyObject *digest_parts(PyObject *self, PyObject *parts)
+/* assemble_block(pieces, contents) -> PassageText.block's join for passages all in the table: the
+ * observation "\n\n<information>" + "Doc 1" + shown_1 + ... + "Doc n" + stripped_n + "</information>\n\n"
+ * and _digest(b"<information>Doc 1" + normal_1 + b" Doc 2" + normal_2 + ... + b"</information>"), where
+ * pieces[content] = (shown, shown.rstrip(), normalised UTF-8). None when a passage is not in the table;
+ * NotImplemented for what the Python loop should handle (not a list/tuple of 1..64 items, a piece that
+ * is not (str, str, bytes)). One allocation for the text, the digest streamed from the pieces. */
+static PyObject *assemble_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!PyList_CheckExact(parts)) {
-        PyErr_SetString(PyExc_TypeError, "digest_parts takes a list of bytes");
-        return NULL;
+    if (nargs != 2 || !PyDict_CheckExact(args[0]) || (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1]))) {
+        Py_RETURN_NOTIMPLEMENTED;
     }
-    B2bStream st;
-    b2b_start(&st);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
-        PyObject *part = PyList_GET_ITEM(parts, i);
-        if (!PyBytes_CheckExact(part)) {
-            PyErr_Format(PyExc_TypeError, "digest_parts: item %zd is %.100s, not bytes", i, Py_TYPE(part)->tp_name);
+    PyObject *pieces = args[0], *contents = args[1];
+    Py_ssize_t n = PyList_CheckExact(contents) ? PyList_GET_SIZE(contents) : PyTuple_GET_SIZE(contents);
+    if (n < 1 || n > 64) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *found[64];
+    Py_ssize_t total = 2 + 13 + 16; /* "\n\n<information>" + "</information>\n\n" */
+    Py_UCS4 maxchar = 127;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *content = PyList_CheckExact(contents) ? PyList_GET_ITEM(contents, i) : PyTuple_GET_ITEM(contents, i);
+        PyObject *piece = PyDict_GetItemWithError(pieces, content); /* borrowed */
+        if (piece == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        if (!PyTuple_CheckExact(piece) || PyTuple_GET_SIZE(piece) != 3 ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(piece, 0)) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(piece, 1)) ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(piece, 2))) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        found[i] = piece;
+        PyObject *shown = PyTuple_GET_ITEM(piece, i + 1 == n ? 1 : 0);
+        if (STR_READY(shown) < 0) {
             return NULL;
         }
-        b2b_bytes(&st, (const unsigned char *)PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
+        total += (i + 1 >= 10 ? 6 : 5) + PyUnicode_GET_LENGTH(shown); /* "Doc i" is 5 or 6 characters */
+        Py_UCS4 m = PyUnicode_MAX_CHAR_VALUE(shown);
+        if (m > maxchar) {
+            maxchar = m;
+        }
     }
-    return PyLong_FromUnsignedLongLong(b2b_end(&st));
+    /* the pieces are borrowed from the dict: hold them while copying (nothing below runs Python code,
+     * but a reference costs nothing) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(found[i]);
+    }
+    PyObject *obs = PyUnicode_New(total, maxchar), *res = NULL, *h = NULL;
+    if (obs == NULL) {
+        goto done;
+    }
+    {
+        int kind = PyUnicode_KIND(obs);
+        void *data = PyUnicode_DATA(obs);
+        Py_ssize_t at = 0;
+        const char *head = "\n\n<information>", *tail = "</information>\n\n";
+        for (const char *c = head; *c; c++) {
+            PyUnicode_WRITE(kind, data, at++, (Py_UCS4)(unsigned char)*c);
+        }
+        B2bStream st;
+        b2b_start(&st);
+        b2b_bytes(&st, (const unsigned char *)"<information>", 13);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            char label[8];
+            int len = snprintf(label, sizeof label, "Doc %d", (int)(i + 1));
+            for (int j = 0; j < len; j++) {
+                PyUnicode_WRITE(kind, data, at++, (Py_UCS4)(unsigned char)label[j]);
+            }
+            if (i) {
+                b2b_byte(&st, ' ');
+            }
+            b2b_bytes(&st, (const unsigned char *)label, (size_t)len);
+            PyObject *shown = PyTuple_GET_ITEM(found[i], i + 1 == n ? 1 : 0), *normal = PyTuple_GET_ITEM(found[i], 2);
+            Py_ssize_t len_shown = PyUnicode_GET_LENGTH(shown);
+            if (PyUnicode_CopyCharacters(obs, at, shown, 0, len_shown) < 0) {
+                goto done;
+            }
+            at += len_shown;
+            b2b_bytes(&st, (const unsigned char *)PyBytes_AS_STRING(normal), (size_t)PyBytes_GET_SIZE(normal));
+        }
+        for (const char *c = tail; *c; c++) {
+            PyUnicode_WRITE(kind, data, at++, (Py_UCS4)(unsigned char)*c);
+        }
+        b2b_bytes(&st, (const unsigned char *)"</information>", 14);
+        if (at != total) {
+            PyErr_SetString(PyExc_SystemError, "assemble_block: length mismatch");
+            goto done;
+        }
+        h = PyLong_FromUnsignedLongLong(b2b_end(&st));
+    }
+    if (h != NULL) {
+        res = PyTuple_Pack(2, obs, h);
+    }
+done:
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_DECREF(found[i]);
+    }
+    Py_XDECREF(obs);
+    Py_XDECREF(h);
+    return res;
 }
 
 /* stable_hash(text: exact str) -> core.stable_hash(text): BLAKE2b-64 of
@@ -924,7 +1008,8 @@ done:
 static PyMethodDef methods[] = {
     {"digest8", (PyCFunction)digest8, METH_O, "core._digest: BLAKE2b-64 of bytes as a 63-bit int."},
     {"stable_hash", (PyCFunction)stable_hash, METH_O, "core.stable_hash for an exact str."},
-    {"digest_parts", (PyCFunction)digest_parts, METH_O, "core._digest(b''.join(parts)) for a list of bytes."},
+    {"assemble_block", (PyCFunction)(void (*)(void))assemble_block, METH_FASTCALL,
+     "assemble_block(pieces, contents): PassageText.block's join of known passages, or None / NotImplemented."},
     {"ctx_push", (PyCFunction)(void (*)(void))ctx_push, METH_FASTCALL,
      "ctx_push(levels, h, k): ContextTracker.push_hash's new level list."},
     {"sanitize_str", (PyCFunction)(void (*)(void))sanitize_str, METH_FASTCALL,

@@ -124,18 +124,9 @@ def test_digest_equals_hashlib(data):
 
 
 @needs_c
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.binary(max_size=200), max_size=12))
-def test_digest_parts_equals_the_digest_of_the_join(parts):
-    assert C.digest_parts(parts) == core._digest_py(b"".join(parts))
-
-
-@needs_c
 def test_digest_rejects_what_hashlib_rejects():
     for bad in ("text", 5, None, [1]):
         assert outcome(C.digest8, bad)[0] == outcome(core._digest_py, bad)[0] == "raises"
-    for bad in ((b"a",), [b"a", "b"], [bytearray(b"a")]):
-        assert outcome(C.digest_parts, bad)[0] == "raises"
 
 
 _SPACE_RUNS = st.lists(st.sampled_from([" ", "  ", "\n", "\t", "\x1c", "\x1f", "\x85", "\xa0", "\u2003", "\u3000",

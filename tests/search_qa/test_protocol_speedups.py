@@ -48,6 +48,39 @@ def test_pieces_equal_python(text):
     assert C.close_unclosed_tag(text) == protocol.close_unclosed_tag(text)
 
 
+PASSAGE = st.lists(st.sampled_from(["\n", " ", "  ", "\t", "\u3000", "\xa0", "Title", "é", "e\u0301", "漢", "😀",
+                                    "\ud800", "(", ")", "\x1c"]) | st.text(ANY_CHAR, max_size=6), max_size=14).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(PASSAGE, min_size=1, max_size=6), st.integers(0, 6), st.booleans())
+def test_assemble_block_equals_python(contents, known, as_tuple):
+    """Passages in the table (the first ``known`` of them; ``_add`` puts them in) are joined exactly as
+    the Python loop joins them, which is ``information_block(format_passages(...))`` and its hash."""
+    table = protocol.PassageText()
+    for content in contents[:known]:
+        table._add(content)
+    seq = tuple(contents) if as_tuple else contents
+    got, want = C.assemble_block(table._pieces, seq), table._assemble(seq)
+    assert got == want
+    if want is not None:
+        observation = protocol.information_block(protocol.format_passages(contents))
+        assert want == (observation, protocol.stable_hash(observation))
+
+
+def test_assemble_block_edges():
+    table = protocol.PassageText()
+    many = [f"t{i}\nbody {i}" for i in range(64)]
+    table.remember(many)
+    assert C.assemble_block(table._pieces, many) == table._assemble(many)  # "Doc 10" .. "Doc 64"
+    for odd in ([], many + ["x"], iter(many[:2]), "ab"):
+        assert C.assemble_block(table._pieces, odd) is NotImplemented
+    table._pieces["bad"] = ("a", "a", "not bytes")
+    assert C.assemble_block(table._pieces, ["bad"]) is NotImplemented
+    assert C.assemble_block(table._pieces, [many[0], "never met"]) is None
+    assert outcome(C.assemble_block, {}, [["unhashable"]]) == outcome(protocol.PassageText()._assemble, [["unhashable"]])
+
+
 KNOWN = [
     ("<search> q </search>", ("search", "q", "<search> q </search>")),
     ("<answer>a</answer><search>q</search>", ("answer", "a", "<answer>a</answer><search>q</search>")),

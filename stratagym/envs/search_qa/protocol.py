@@ -264,6 +264,23 @@ class PassageText:
         self._pieces[content] = piece
         return piece
 
+    def _assemble(self, contents: Sequence[str]) -> tuple[str, int] | None:
+        """The observation and hash joined from the table's pieces, or None when a passage is not in it
+        (1 to 64 passages). The reference of ``_speedups.assemble_block``, which joins the text in one
+        allocation and streams the hash from the pieces."""
+        get, shown, normal = self._pieces.get, [], []
+        for i, content in enumerate(contents):
+            piece = get(content)
+            if piece is None:
+                return None
+            shown += (_DOC[i], piece[0])
+            normal += (_DOC_BYTES[i], piece[2])
+        # information_block strips the body: it starts with "Doc", so only the last line's tail goes.
+        shown[-1] = piece[1]
+        shown.append("</information>\n\n")
+        normal.append(b"</information>")
+        return "\n\n<information>" + "".join(shown), _digest(b"".join(normal))
+
     def block(self, contents: Sequence[str]) -> tuple[str, int]:
         """The observation for these passages and its ``stable_hash``."""
         key = tuple(contents)
@@ -276,19 +293,11 @@ class PassageText:
         if n > len(_DOC):
             observation = information_block(format_passages(contents))
             return observation, stable_hash(observation)
-        get, shown, normal = self._pieces.get, [], []
-        for i, content in enumerate(contents):
-            piece = get(content)
-            if piece is None:
-                return self._first_time(contents)
-            shown += (_DOC[i], piece[0])
-            normal += (_DOC_BYTES[i], piece[2])
-        # information_block strips the body: it starts with "Doc", so only the last line's tail goes.
-        shown[-1] = piece[1]
-        shown.append("</information>\n\n")
-        normal.append(b"</information>")
-        result = "\n\n<information>" + "".join(shown), (
-            _digest(b"".join(normal)) if _digest_parts is None else _digest_parts(normal))
+        result = NotImplemented if _assemble_block is None else _assemble_block(self._pieces, contents)
+        if result is NotImplemented:
+            result = self._assemble(contents)
+        if result is None:
+            return self._first_time(contents)
         if len(self._blocks) >= self.max_blocks:
             self._blocks.clear()
         self._blocks[key] = result  # only results whose passages were all met before: no one-off results
@@ -315,14 +324,14 @@ def question_from_prompt(prompt: str) -> str:
 def _bind_speedups(module: Any) -> None:
     """Point this module's hot-path names at the C twins in ``module``, or at the Python references
     (``_digest`` follows core's, bound first)."""
-    global _parse_turn_c, _digest, _digest_parts
+    global _parse_turn_c, _digest, _assemble_block
     _parse_turn_c = None if module is None else module.parse_turn
-    _digest_parts = None if module is None else module.digest_parts  # _digest of the joined parts, unjoined
+    _assemble_block = None if module is None else module.assemble_block
     _digest = core._digest
 
 
 _digest = core._digest
-_digest_parts = None
+_assemble_block = None
 speedups.bind(_bind_speedups)
 
 
