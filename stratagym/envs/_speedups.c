@@ -1025,6 +1025,10 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* What the Python side (speedups.API) must match: raise it whenever a function is added, removed or
+   changes its arguments, so a stale build left in a source tree is refused instead of half-used. */
+#define SPEEDUPS_API 1
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_speedups",
     "C twins of the pure functions on a text env's step hot path (see stratagym.envs.speedups).", -1, methods,
@@ -1069,5 +1073,10 @@ PyMODINIT_FUNC PyInit__speedups(void)
     if (ZERO == NULL || NO_CONTEXT == NULL) {
         return NULL;
     }
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "API", SPEEDUPS_API) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -16,21 +16,31 @@ benchmarks and tests); each module that has twins registers a binder with :func:
 from __future__ import annotations
 
 import os
+import warnings
 from types import ModuleType
 from typing import Callable
 
 from stratagym.errors import ConfigError
 
-__all__ = ["SPEEDUPS", "ENABLED", "DISABLED_BY_ENV", "available", "bind", "use"]
+__all__ = ["API", "SPEEDUPS", "ENABLED", "DISABLED_BY_ENV", "available", "bind", "use"]
 
 #: Set when the environment asked for the pure-Python path (read once, at import).
 DISABLED_BY_ENV: bool = os.environ.get("STRATAGYM_NO_SPEEDUPS", "") not in ("", "0")
+
+
+#: The C module's interface version this code calls (``SPEEDUPS_API`` in _speedups.c).
+API = 1
 
 
 def _import() -> ModuleType | None:
     try:
         from stratagym.envs import _speedups
     except ImportError:  # not built (no compiler at install time): the pure-Python fallback
+        return None
+    if getattr(_speedups, "API", None) != API:  # built from older sources (a pull without a reinstall)
+        warnings.warn(f"stratagym.envs._speedups was built from other sources (API {getattr(_speedups, 'API', None)}, "
+                      f"this code needs {API}); running the pure-Python path. Rebuild it: make setup, or "
+                      "pip install -e .", RuntimeWarning, stacklevel=2)
         return None
     return _speedups
 

@@ -102,6 +102,26 @@ def test_use_switches_and_refuses_when_not_built(monkeypatch):
         speedups.use(True)
 
 
+def test_a_build_from_other_sources_is_refused(monkeypatch):
+    """A .so left from older sources (a pull without a reinstall) must not be half-used: the fallback
+    runs, with a warning that names the rebuild."""
+    import stratagym.envs as envs_package
+
+    stale = type(sys)("stratagym.envs._speedups")
+    stale.API = speedups.API - 1
+    monkeypatch.setitem(sys.modules, "stratagym.envs._speedups", stale)
+    monkeypatch.setattr(envs_package, "_speedups", stale, raising=False)
+    with pytest.warns(RuntimeWarning, match="make setup"):
+        assert speedups._import() is None
+    with pytest.warns(RuntimeWarning, match="pip install -e"):
+        assert not speedups.available()
+
+
+@needs_c
+def test_the_build_matches_this_code():
+    assert C.API == speedups.API
+
+
 # ---- BLAKE2b ---------------------------------------------------------------------------------------
 
 
