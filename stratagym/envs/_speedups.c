@@ -278,40 +278,51 @@ static PyObject *assemble_block(PyObject *self, PyObject *const *args, Py_ssize_
     if (n < 1 || n > 64) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    PyObject *found[64];
+    /* A key's __hash__ / __eq__ (a non-str content, or a dict key that collides with one) runs Python
+     * code that may change the list or the dict: each content is held during its lookup, the list's
+     * length is read again before each item, and each piece is held from the moment it is found. */
+    PyObject *found[64], *obs = NULL, *res = NULL, *h = NULL;
+    Py_ssize_t held = 0;
     Py_ssize_t total = 2 + 13 + 16; /* "\n\n<information>" + "</information>\n\n" */
     Py_UCS4 maxchar = 127;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyList_CheckExact(contents) && i >= PyList_GET_SIZE(contents)) { /* shrunk: the loop in Python */
+            res = Py_NewRef(Py_NotImplemented);
+            goto done;
+        }
         PyObject *content = PyList_CheckExact(contents) ? PyList_GET_ITEM(contents, i) : PyTuple_GET_ITEM(contents, i);
+        Py_INCREF(content);
         PyObject *piece = PyDict_GetItemWithError(pieces, content); /* borrowed */
+        Py_DECREF(content);
         if (piece == NULL) {
-            if (PyErr_Occurred()) {
-                return NULL;
+            if (!PyErr_Occurred()) {
+                res = Py_NewRef(Py_None);
             }
-            Py_RETURN_NONE;
+            goto done;
         }
         if (!PyTuple_CheckExact(piece) || PyTuple_GET_SIZE(piece) != 3 ||
             !PyUnicode_CheckExact(PyTuple_GET_ITEM(piece, 0)) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(piece, 1)) ||
             !PyBytes_CheckExact(PyTuple_GET_ITEM(piece, 2))) {
-            Py_RETURN_NOTIMPLEMENTED;
+            res = Py_NewRef(Py_NotImplemented);
+            goto done;
         }
-        found[i] = piece;
+        found[held++] = Py_NewRef(piece);
         PyObject *shown = PyTuple_GET_ITEM(piece, i + 1 == n ? 1 : 0);
         if (STR_READY(shown) < 0) {
-            return NULL;
+            goto done;
         }
-        total += (i + 1 >= 10 ? 6 : 5) + PyUnicode_GET_LENGTH(shown); /* "Doc i" is 5 or 6 characters */
+        Py_ssize_t len_shown = PyUnicode_GET_LENGTH(shown);
+        if (len_shown > PY_SSIZE_T_MAX - 6 - total) {
+            PyErr_SetString(PyExc_OverflowError, "assemble_block: the block is too long");
+            goto done;
+        }
+        total += (i + 1 >= 10 ? 6 : 5) + len_shown; /* "Doc i" is 5 or 6 characters */
         Py_UCS4 m = PyUnicode_MAX_CHAR_VALUE(shown);
         if (m > maxchar) {
             maxchar = m;
         }
     }
-    /* the pieces are borrowed from the dict: hold them while copying (nothing below runs Python code,
-     * but a reference costs nothing) */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_INCREF(found[i]);
-    }
-    PyObject *obs = PyUnicode_New(total, maxchar), *res = NULL, *h = NULL;
+    obs = PyUnicode_New(total, maxchar);
     if (obs == NULL) {
         goto done;
     }
@@ -358,7 +369,7 @@ static PyObject *assemble_block(PyObject *self, PyObject *const *args, Py_ssize_
         res = PyTuple_Pack(2, obs, h);
     }
 done:
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < held; i++) {
         Py_DECREF(found[i]);
     }
     Py_XDECREF(obs);
@@ -580,7 +591,7 @@ static PyObject *clean_text(PyObject *text)
         Py_INCREF(text);
         return text;
     }
-    Py_UCS4 *buf = PyMem_Malloc((size_t)n * sizeof(Py_UCS4) + 1);
+    Py_UCS4 *buf = PyMem_New(Py_UCS4, n); /* NULL when n * 4 bytes overflows */
     if (buf == NULL) {
         return PyErr_NoMemory();
     }
@@ -662,16 +673,20 @@ static PyObject *build_info(PyObject *task_id, PyObject *step, PyObject *action_
     if (won < 0) {
         return NULL;
     }
-    PyObject *info = NULL, *tool_calls = NULL, *count = NULL, *hashes = NULL, *score = NULL;
+    /* every object read out of tools / levels is held: int(), float() and a GC allocation (with its
+     * finalizers) may run Python code that changes them */
+    PyObject *info = NULL, *tool_calls = NULL, *count = NULL, *hashes = NULL, *score = NULL, *state_hash = NULL;
     tool_calls = PyDict_New();
     if (tool_calls == NULL || PyDict_Update(tool_calls, tools) < 0) {
         goto fail;
     }
-    PyObject *got = PyDict_GetItemWithError(tools, S_SEARCH); /* borrowed */
+    PyObject *got = PyDict_GetItemWithError(tools, S_SEARCH); /* borrowed: held across int() */
     if (got == NULL && PyErr_Occurred()) {
         goto fail;
     }
-    count = PyNumber_Long(got != NULL ? got : ZERO);
+    got = Py_NewRef(got != NULL ? got : ZERO);
+    count = PyNumber_Long(got);
+    Py_DECREF(got);
     if (count == NULL) {
         goto fail;
     }
@@ -683,7 +698,7 @@ static PyObject *build_info(PyObject *task_id, PyObject *step, PyObject *action_
     if (score == NULL) {
         goto fail;
     }
-    PyObject *state_hash = PyList_GET_SIZE(levels) ? PyList_GET_ITEM(levels, 0) : NO_CONTEXT;
+    state_hash = Py_NewRef(PyList_GET_SIZE(levels) ? PyList_GET_ITEM(levels, 0) : NO_CONTEXT);
     info = NEW_DICT(9 + PyDict_GET_SIZE(extra));
     if (info == NULL) {
         goto fail;
@@ -702,8 +717,10 @@ static PyObject *build_info(PyObject *task_id, PyObject *step, PyObject *action_
     Py_DECREF(count);
     Py_DECREF(hashes);
     Py_DECREF(score);
+    Py_DECREF(state_hash);
     return info;
 fail:
+    Py_XDECREF(state_hash);
     Py_XDECREF(info);
     Py_XDECREF(tool_calls);
     Py_XDECREF(count);

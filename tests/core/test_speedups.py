@@ -10,6 +10,7 @@ broken build cannot hide behind the silent fallback. The Search-R1 parser's twin
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import shutil
@@ -304,6 +305,47 @@ def test_make_info_equals_python(tools, levels, action_valid, won, score, extra)
         direct = C.make_info(env._task_id, env._step_index, action_valid, env._tool_calls, env._context._levels,
                              won, score, extra)
         assert repr(list(direct.items())) == repr(list(want[1].items()))
+
+
+
+@needs_c
+def test_make_info_holds_the_state_hash_it_stores():
+    """The C read levels[0] as a borrowed reference and then allocated the dict: a collection there runs
+    finalizers, and one that empties the level list freed the object before the dict stored it (a crash
+    or a wrong value later). float(score) sets the stage: a fresh levels[0] (the list its only owner) and
+    cyclic garbage whose finalizer clears the list, and a GC threshold of 1, so that the 3.11 GC collects on
+    the info dict's allocation (the dict free list emptied first)."""
+    levels, keep, when = [1 << 70], [], []
+    stage = ["before"]
+
+    class Cycle:
+        def __del__(self):
+            when.append(stage[0])
+            levels.clear()
+
+    class Score:
+        def __float__(self):
+            levels[0] = int("9" * 30)
+            gc.collect()
+            keep.extend([{} for _ in range(200)])  # empty the dict free list: the info dict is a GC allocation
+            cycle = Cycle()
+            cycle.me = cycle
+            del cycle
+            gc.set_threshold(1, 1000, 1000)  # the next GC allocation collects (the count is past 1 already)
+            stage[0] = "in make_info"
+            return 1.0
+
+    old = gc.get_threshold()
+    try:
+        info = C.make_info("t", 1, True, {}, levels, False, Score(), {})
+        stage[0] = "after"
+    finally:
+        gc.set_threshold(*old)
+    [int("7" * 30) + i for i in range(1000)]  # reuse freed memory
+    assert info["context_hashes"] == [1 << 70]
+    if when != ["in make_info"]:
+        pytest.skip(f"this Python's GC collected elsewhere ({when}): the path is not exercised")
+    assert info["state_hash"] == int("9" * 30) and levels == []
 
 
 def _clash_free(extra: dict[str, Any]) -> bool:

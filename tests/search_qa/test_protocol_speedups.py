@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratagym.envs import speedups
+from stratagym.envs import core, speedups
 from stratagym.envs.search_qa import protocol
 from stratagym.envs.search_qa.env import PASSAGE_TABLE, SearchQAEnv
 
@@ -79,6 +79,45 @@ def test_assemble_block_edges():
     assert C.assemble_block(table._pieces, ["bad"]) is NotImplemented
     assert C.assemble_block(table._pieces, [many[0], "never met"]) is None
     assert outcome(C.assemble_block, {}, [["unhashable"]]) == outcome(protocol.PassageText()._assemble, [["unhashable"]])
+
+
+
+def test_assemble_block_survives_keys_that_change_the_list_or_the_table():
+    """A content's __eq__ runs Python code in the middle of the lookups: the C held neither the list's items
+    nor the pieces found so far (a crash: the emptied list's items were read, a replaced piece was used
+    after it was freed). It now holds both and hands a list that shrank to the Python loop."""
+
+    class ClearsTheList:
+        def __hash__(self):
+            return hash("a")
+
+        def __eq__(self, other):
+            contents.clear()
+            return True
+
+    contents = [ClearsTheList(), "a", "a"]
+    assert C.assemble_block({"a": ("A", "A", b"a")}, contents) is NotImplemented
+
+    shown = "".join(["A"] * 50) + chr(0xE9)  # built at run time: the table holds the only reference
+    pieces = {"a": (shown, shown, shown.encode()), "b": ("B", "B", b"b")}
+    del shown
+    calls = []
+
+    class ReplacesAPiece:
+        def __hash__(self):
+            return hash("b")
+
+        def __eq__(self, other):
+            calls.append(other)
+            if len(calls) == 1:
+                pieces["a"] = ("new", "new", b"new")  # frees the piece already found for "a"
+                [bytes(200) for _ in range(200)]  # and reuses its memory
+            return True
+
+    text, digest = C.assemble_block(pieces, ["a", ReplacesAPiece()])
+    old = "A" * 50 + "\u00e9"
+    assert text == f"\n\n<information>Doc 1{old}Doc 2B</information>\n\n"
+    assert digest == core._digest_py(b"<information>Doc 1" + old.encode() + b" Doc 2b</information>")
 
 
 KNOWN = [
