@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import math
 import random
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -251,6 +253,7 @@ class Trainer:
         check_estimator_metadata(self.estimator, config.env.id, observed)
         self.log = _MetricsLog(self.output_dir, enabled=self.accelerator.is_main_process, tensorboard=tc.tensorboard,
                                wandb=tc.wandb, project=tc.wandb_project, run_name=config.name, config=config.to_dict())
+        end_process_group_at_exit(self.accelerator, self)  # built: its DDP wrappers are dropped at exit
 
     # ---- setup ---------------------------------------------------------------------------------------
     def _setup_optimizer(self) -> None:
@@ -685,6 +688,21 @@ class Trainer:
                 bar.close()
         return rows
 
+    def release_process_group(self) -> None:
+        """Drop this trainer's DDP wrappers (policy, critic) and the accelerator's references to them.
+
+        Why: a DDP module holds the process group, so destroying the group at exit (see
+        :func:`end_process_group_at_exit`) only ends its worker threads once no DDP module is left. The
+        models stay usable, unwrapped, for a single-process pass; another update step is not meant to
+        follow. The exit hook calls this on every live multi-process trainer.
+        """
+        from stratagym.agents.policy import unwrap_model
+
+        for owner in (self.policy, self.critic):
+            if owner is not None and isinstance(getattr(owner, "model", None), torch.nn.Module):
+                owner.model = unwrap_model(owner.model)
+        self.accelerator.free_memory()
+
     def close(self) -> None:
         self.collector.close()
         if self._eval_collector is not None:
@@ -724,31 +742,45 @@ def _critic_metrics(values: torch.Tensor, returns: torch.Tensor) -> dict[str, fl
 
 
 _END_AT_EXIT = False
+#: multi-process trainers alive now, whose DDP wrappers the exit hook drops before it destroys the group
+_DISTRIBUTED_TRAINERS: "weakref.WeakSet[Trainer]" = weakref.WeakSet()
 
 
-def end_process_group_at_exit(accelerator: Any) -> None:
-    """In a multi-process run, destroy the default process group when the interpreter exits normally.
+def end_process_group_at_exit(accelerator: Any, trainer: Optional["Trainer"] = None) -> None:
+    """In a multi-process run, end the default process group's worker threads when the interpreter exits
+    normally; ``trainer`` is released first (:meth:`Trainer.release_process_group`).
 
     Why: a gloo worker thread drops its reference to a finished collective (an ``all_gather`` of
     ``gather_object``, a barrier) a moment after the caller's ``wait`` returns. When the last reference to
     a tensor that has a Python object goes, that thread takes the GIL to release it; if the main thread is
     already finalizing the interpreter, taking the GIL ends the thread with a forced unwind through a
     ``noexcept`` destructor, and the process dies with SIGABRT ("terminate called without an active
-    exception") after all its work was done. ``destroy_process_group`` at exit (``atexit`` runs before
-    finalization) waits for the workers to finish first. Registered once per process; a no-op in one
-    process. Skipped when the process is dying of an uncaught exception (``sys.last_value`` is set): a
-    peer may be blocked in a collective with us, and the teardown must not wait on it.
+    exception") after all its work was done. At exit (``atexit`` runs before finalization) the hook drops
+    every live trainer's DDP wrappers (each holds the group), collects what is left of dead trainers, and
+    destroys the group; its last reference then goes with the GIL released, and its destructor waits for
+    the workers. Registered once per process; a no-op in one process. Skipped when the process is dying
+    of an uncaught exception (``sys.last_value`` is set): a peer may be blocked in a collective with us,
+    and the teardown must not wait on it.
     """
     global _END_AT_EXIT
-    if _END_AT_EXIT or accelerator.num_processes == 1:
+    if accelerator.num_processes == 1:
         return
-    atexit.register(_end_process_group)
-    _END_AT_EXIT = True
+    if trainer is not None:
+        _DISTRIBUTED_TRAINERS.add(trainer)
+    if not _END_AT_EXIT:
+        atexit.register(_end_process_group)
+        _END_AT_EXIT = True
 
 
 def _end_process_group() -> None:
     if getattr(sys, "last_value", None) is not None:
         return
+    for trainer in list(_DISTRIBUTED_TRAINERS):
+        try:
+            trainer.release_process_group()
+        except Exception as exc:  # noqa: BLE001 - one odd trainer must not keep the group from ending
+            print(f"stratagym: could not release a trainer's DDP wrappers at exit: {exc!r}", file=sys.stderr)
+    gc.collect()  # trainers no longer referenced but kept by reference cycles: their DDP modules too
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         from accelerate.state import PartialState
 
