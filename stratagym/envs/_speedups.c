@@ -13,6 +13,8 @@
  *   make_info(...)                      TextEnv._info's dict (envs without admissible actions)
  *   cut_response / first_action / close_unclosed_tag / parse_turn
  *                                       stratagym.envs.search_qa.protocol's twins (exact str only)
+ *   assemble_block(pieces, contents)    PassageText._assemble (the Python path's join of known passages)
+ *   format_block(contents)              protocol.format_block: a search's observation and its hash
  *
  * BLAKE2b is written here from RFC 7693 (the only variant used: unkeyed, 8-byte digest); tests check
  * it against hashlib on arbitrary data. Strings are read with PyUnicode_READ, so every PEP 393 kind
@@ -457,6 +459,137 @@ static PyObject *stable_hash(PyObject *self, PyObject *text)
     }
     Py_DECREF(norm);
     return PyLong_FromUnsignedLongLong(b2b_end(&st));
+}
+
+/* format_block(contents) -> (observation, stable_hash(observation)) with observation ==
+ * protocol.information_block(protocol.format_passages(contents)): "\n\n<information>" + the body
+ * stripped + "</information>\n\n", the body being "Doc i(Title: " + title + ") " + text + "\n" per
+ * passage, where title, text = content.partition("\n"). NotImplemented for what the Python code should
+ * handle (not a list or tuple of 1..64 exact str). The text is written in one allocation straight from
+ * the contents, then hashed by stable_hash. Only the body's right end can strip (it starts with "Doc"):
+ * the last passage's trailing whitespace and its "\n", and when its text is all whitespace (or absent)
+ * the space after ")" too. */
+static PyObject *format_block(PyObject *self, PyObject *contents)
+{
+    if (!PyList_CheckExact(contents) && !PyTuple_CheckExact(contents)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject **items = PyList_CheckExact(contents) ? ((PyListObject *)contents)->ob_item
+                                                    : ((PyTupleObject *)contents)->ob_item;
+    Py_ssize_t n = Py_SIZE(contents);
+    if (n < 1 || n > 64) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* No Python code runs in here (exact str only, no allocation before the lengths are read), so the
+     * items stay put; the new string is the only allocation. */
+    Py_ssize_t nl[64];
+    Py_ssize_t total = 2 + 13 + 16; /* "\n\n<information>" + "</information>\n\n" */
+    Py_UCS4 maxchar = 127, maxchar_before_last = 127;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = items[i];
+        if (!PyUnicode_CheckExact(c) || STR_READY(c) < 0) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        Py_ssize_t len = PyUnicode_GET_LENGTH(c);
+        Py_ssize_t at = len ? PyUnicode_FindChar(c, '\n', 0, len, 1) : -1;
+        if (at == -2) {
+            return NULL;
+        }
+        nl[i] = at;
+        /* "Doc i" + "(Title: " + title + ") " + text + "\n": the content's length, its "\n" (if any) out */
+        Py_ssize_t add = (i + 1 >= 10 ? 6 : 5) + 8 + 2 + 1 + len - (at >= 0);
+        if (len > PY_SSIZE_T_MAX / 2 - total - 32) {
+            PyErr_SetString(PyExc_OverflowError, "format_block: the block is too long");
+            return NULL;
+        }
+        total += add;
+        if (i + 1 == n) {
+            maxchar_before_last = maxchar;
+        }
+        Py_UCS4 m = PyUnicode_MAX_CHAR_VALUE(c);
+        if (m > maxchar) {
+            maxchar = m;
+        }
+    }
+    /* the strip at the right end: the last text's trailing whitespace, its "\n", and the space after ")"
+     * when nothing of the text is left */
+    PyObject *last = items[n - 1];
+    Py_ssize_t last_len = PyUnicode_GET_LENGTH(last), text_start = nl[n - 1] >= 0 ? nl[n - 1] + 1 : last_len;
+    Py_ssize_t keep = last_len;
+    {
+        int kind = PyUnicode_KIND(last);
+        const void *data = PyUnicode_DATA(last);
+        while (keep > text_start && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, keep - 1))) {
+            keep--;
+        }
+    }
+    /* a str's kind follows its widest character: when the stripped tail may have held the last passage's
+     * widest ones, the kept part's own widest decides */
+    if (keep < last_len && PyUnicode_MAX_CHAR_VALUE(last) > maxchar_before_last) {
+        int kind = PyUnicode_KIND(last);
+        const void *data = PyUnicode_DATA(last);
+        maxchar = maxchar_before_last;
+        for (Py_ssize_t j = 0; j < keep; j++) {
+            Py_UCS4 ch = PyUnicode_READ(kind, data, j);
+            if (ch > maxchar) {
+                maxchar = ch;
+            }
+        }
+    }
+    Py_ssize_t strip = (last_len - keep) + 1 + (keep == text_start ? 1 : 0);
+    total -= strip;
+    PyObject *obs = PyUnicode_New(total, maxchar);
+    if (obs == NULL) {
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(obs);
+    void *data = PyUnicode_DATA(obs);
+    Py_ssize_t at = 0;
+#define PUT_ASCII(lit) do { for (const char *q_ = (lit); *q_; q_++) PyUnicode_WRITE(kind, data, at++, (Py_UCS4)(unsigned char)*q_); } while (0)
+    PUT_ASCII("\n\n<information>");
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = items[i];
+        char label[8];
+        snprintf(label, sizeof label, "Doc %d", (int)(i + 1));
+        PUT_ASCII(label);
+        PUT_ASCII("(Title: ");
+        Py_ssize_t len = PyUnicode_GET_LENGTH(c), cut = nl[i];
+        Py_ssize_t end = i + 1 == n ? keep : len;
+        Py_ssize_t title_end = cut >= 0 ? cut : len;
+        if (title_end > 0 && PyUnicode_CopyCharacters(obs, at, c, 0, title_end) < 0) {
+            goto fail;
+        }
+        at += title_end;
+        if (i + 1 == n && keep == text_start) { /* the text (and what follows) stripped: ")" only */
+            PyUnicode_WRITE(kind, data, at++, ')');
+            break;
+        }
+        PUT_ASCII(") ");
+        if (end > title_end + 1 && PyUnicode_CopyCharacters(obs, at, c, title_end + 1, end - title_end - 1) < 0) {
+            goto fail;
+        }
+        at += end > title_end + 1 ? end - title_end - 1 : 0;
+        if (i + 1 < n) {
+            PyUnicode_WRITE(kind, data, at++, '\n');
+        }
+    }
+    PUT_ASCII("</information>\n\n");
+#undef PUT_ASCII
+    if (at != total) {
+        PyErr_SetString(PyExc_SystemError, "format_block: length mismatch");
+        goto fail;
+    }
+    PyObject *h = stable_hash(NULL, obs);
+    if (h == NULL) {
+        goto fail;
+    }
+    PyObject *res = PyTuple_Pack(2, obs, h);
+    Py_DECREF(h);
+    Py_DECREF(obs);
+    return res;
+fail:
+    Py_DECREF(obs);
+    return NULL;
 }
 
 /* The 8 little-endian bytes Python's ``h.to_bytes(8, "little")`` gives; 0 on success, -1 with the
@@ -1027,6 +1160,8 @@ static PyMethodDef methods[] = {
     {"stable_hash", (PyCFunction)stable_hash, METH_O, "core.stable_hash for an exact str."},
     {"assemble_block", (PyCFunction)(void (*)(void))assemble_block, METH_FASTCALL,
      "assemble_block(pieces, contents): PassageText.block's join of known passages, or None / NotImplemented."},
+    {"format_block", (PyCFunction)format_block, METH_O,
+     "format_block(contents): (information_block(format_passages(contents)), its stable_hash), or NotImplemented."},
     {"ctx_push", (PyCFunction)(void (*)(void))ctx_push, METH_FASTCALL,
      "ctx_push(levels, h, k): ContextTracker.push_hash's new level list."},
     {"sanitize_str", (PyCFunction)(void (*)(void))sanitize_str, METH_FASTCALL,
@@ -1044,7 +1179,7 @@ static PyMethodDef methods[] = {
 
 /* What the Python side (speedups.API) must match: raise it whenever a function is added, removed or
    changes its arguments, so a stale build left in a source tree is refused instead of half-used. */
-#define SPEEDUPS_API 1
+#define SPEEDUPS_API 2
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_speedups",

@@ -3,7 +3,7 @@
 ``stratagym.envs._speedups`` (``stratagym/envs/_speedups.c``, built by ``pip install -e .`` when a C
 compiler is there) holds exact twins of a few pure functions that every env step runs: BLAKE2b
 (``core._digest``) and the context tracker's level update, ``sanitize_action`` for plain strings, the
-``info`` dict, and the Search-R1 turn parser. Why: a SearchQA step runs right after a retrieval that
+``info`` dict, the Search-R1 turn parser, and a search's ``<information>`` block and its hash. Why: a SearchQA step runs right after a retrieval that
 evicts the env's Python code from the CPU caches, and these few hundred instructions of C cost a
 fraction of the interpreted code (``benchmarks/searchqa_env.py`` measures both).
 
@@ -29,7 +29,7 @@ DISABLED_BY_ENV: bool = os.environ.get("STRATAGYM_NO_SPEEDUPS", "") not in ("", 
 
 
 #: The C module's interface version this code calls (``SPEEDUPS_API`` in _speedups.c).
-API = 1
+API = 2
 
 
 def _import() -> ModuleType | None:

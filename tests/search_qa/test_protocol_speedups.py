@@ -8,6 +8,7 @@ produce byte-identical observations and infos (hashes included) whichever path r
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -80,6 +81,68 @@ def test_assemble_block_edges():
     assert C.assemble_block(table._pieces, [many[0], "never met"]) is None
     assert outcome(C.assemble_block, {}, [["unhashable"]]) == outcome(protocol.PassageText()._assemble, [["unhashable"]])
 
+
+
+def _same_str(a: str, b: str) -> bool:
+    """Equal, and built the same way: a str's PEP 393 kind follows its widest character, and a string of
+    a wider kind than its characters need compares unequal to its canonical twin (its size tells)."""
+    return a == b and sys.getsizeof(a) == sys.getsizeof(b) and a.isascii() == b.isascii()
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(PASSAGE, min_size=1, max_size=12), st.booleans())
+def test_format_block_equals_python(contents, as_tuple):
+    """``_speedups.format_block`` writes ``information_block(format_passages(contents))`` straight from the
+    contents and hashes it: the same text (and string kind) and the same ``stable_hash``."""
+    seq = tuple(contents) if as_tuple else contents
+    observation = protocol.information_block(protocol.format_passages(contents))
+    got = C.format_block(seq)
+    assert got == (observation, core._stable_hash_py(observation))
+    assert _same_str(got[0], observation)
+    assert protocol.format_block(contents) == got  # the Python reference
+
+
+def test_format_block_known_answers_and_edges():
+    cases = {
+        ("t1\nalpha", "t2\nbeta"): "Doc 1(Title: t1) alpha\nDoc 2(Title: t2) beta",
+        ("no newline",): "Doc 1(Title: no newline)",  # partition: all title, no text; ") " stripped to ")"
+        ("t\n  \t\n",): "Doc 1(Title: t)",  # an all-whitespace text goes with the space after ")"
+        ("t\nx  \n", "u\n"): "Doc 1(Title: t) x  \n\nDoc 2(Title: u)",  # inner whitespace stays
+        ("",): "Doc 1(Title: )",
+        ("t\na\nb",): "Doc 1(Title: t) a\nb",  # only the first newline splits
+        ("é\nx\u3000",): "Doc 1(Title: é) x",  # the widest character stripped: a Latin-1 string, not UCS-2
+        ("x\n😀 \u3000",): "Doc 1(Title: x) 😀",
+    }
+    for contents, body in cases.items():
+        observation = f"\n\n<information>{body}</information>\n\n"
+        got = C.format_block(list(contents))
+        assert got == (observation, core._stable_hash_py(observation)) and _same_str(got[0], observation)
+    many = [f"t{i}\nbody {i}" for i in range(64)]
+    assert C.format_block(many) == protocol.format_block(many)  # "Doc 10" .. "Doc 64"
+
+    class Sub(str):
+        pass
+
+    for odd in ([], many + ["x"], iter(many[:2]), "ab", ["a", 1], [Sub("t\nx")], [b"t\nx"], None, {"a": 1}):
+        assert C.format_block(odd) is NotImplemented
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["t1\nalpha", "t2\nbeta é", "t3\n  ", "t4", "t5\nx\u3000"]),
+                         min_size=0, max_size=4), max_size=12), st.integers(1, 3))
+def test_passage_table_blocks_are_the_same_with_and_without_the_speedups(results, max_blocks):
+    """``PassageText.block`` answers the same whichever path runs (C: formatted from the contents, kept
+    whole from the second meeting; Python: joined from the passage table), however the results recur."""
+    before = speedups.ENABLED
+    try:
+        answers = {}
+        for flag in (True, False):
+            speedups.use(flag)
+            table = protocol.PassageText(max_entries=4, max_blocks=max_blocks)
+            answers[flag] = [table.block(contents) for contents in results + results[::-1] + results]
+    finally:
+        speedups.use(before)
+    assert answers[True] == answers[False] == [protocol.format_block(c) for c in results + results[::-1] + results]
 
 
 def test_assemble_block_survives_keys_that_change_the_list_or_the_table():

@@ -28,6 +28,7 @@ __all__ = [
     "close_unclosed_tag",
     "format_prompt",
     "format_passages",
+    "format_block",
     "information_block",
     "question_from_prompt",
 ]
@@ -225,6 +226,7 @@ class PassageText:
         # Whole results (the tuple of contents) -> (observation, hash): the rollouts of a GRPO group ask
         # the same questions, so the same top-k list recurs; one tuple lookup then replaces the join.
         self._blocks: dict[tuple[str, ...], tuple[str, int]] = {}
+        self._seen_blocks: set[tuple[str, ...]] = set()  # results met once (the C path's admission)
 
     def __len__(self) -> int:
         return len(self._pieces)
@@ -232,6 +234,7 @@ class PassageText:
     def clear(self, *, blocks_only: bool = False) -> None:
         """Forget everything (``blocks_only``: only the whole results, keeping the passages' pieces)."""
         self._blocks.clear()
+        self._seen_blocks.clear()
         if not blocks_only:
             self._pieces.clear()
             self._seen.clear()
@@ -282,11 +285,32 @@ class PassageText:
         return "\n\n<information>" + "".join(shown), _digest(b"".join(normal))
 
     def block(self, contents: Sequence[str]) -> tuple[str, int]:
-        """The observation for these passages and its ``stable_hash``."""
+        """The observation for these passages and its ``stable_hash``.
+
+        With the C speed-ups, a result not kept whole is formatted and hashed straight from the
+        contents (``_speedups.format_block``, the twin of :func:`format_block`) and the passage table is
+        not used: writing ~600 characters and hashing them in C costs less than looking the passages up
+        in (and adding them to) a table that a retrieval has evicted from the caches. The result is kept
+        whole from the second time it is met.
+        """
         key = tuple(contents)
         known = self._blocks.get(key)
         if known is not None:
             return known
+        if _format_block is not None:
+            result = _format_block(key)
+            if result is not NotImplemented:
+                seen = self._seen_blocks
+                if key in seen:
+                    seen.discard(key)
+                    if len(self._blocks) >= self.max_blocks:
+                        self._blocks.clear()
+                    self._blocks[key] = result
+                else:
+                    if len(seen) >= self.max_blocks:
+                        seen.clear()
+                    seen.add(key)
+                return result
         n = len(contents)
         if n == 0:
             return _EMPTY_BLOCK
@@ -310,6 +334,13 @@ _DOC = tuple(f"Doc {i}" for i in range(1, 65))
 _DOC_BYTES = (b"<information>Doc 1",) + tuple(f" Doc {i}".encode() for i in range(2, 65))
 
 
+def format_block(contents: Sequence[str]) -> tuple[str, int]:
+    """``information_block(format_passages(contents))`` and its :func:`~stratagym.envs.core.stable_hash`:
+    the reference of ``_speedups.format_block`` (which takes a list or tuple of 1 to 64 exact ``str``)."""
+    observation = information_block(format_passages(contents))
+    return observation, stable_hash(observation)
+
+
 def information_block(body: str) -> str:
     """The observation after a search, exactly as Search-R1 appends it to the context."""
     return f"\n\n<information>{body.strip()}</information>\n\n"
@@ -324,14 +355,15 @@ def question_from_prompt(prompt: str) -> str:
 def _bind_speedups(module: Any) -> None:
     """Point this module's hot-path names at the C twins in ``module``, or at the Python references
     (``_digest`` follows core's, bound first)."""
-    global _parse_turn_c, _digest, _assemble_block
+    global _parse_turn_c, _digest, _assemble_block, _format_block
     _parse_turn_c = None if module is None else module.parse_turn
     _assemble_block = None if module is None else module.assemble_block
+    _format_block = None if module is None else module.format_block
     _digest = core._digest
 
 
 _digest = core._digest
-_assemble_block = None
+_assemble_block = _format_block = None
 speedups.bind(_bind_speedups)
 
 
