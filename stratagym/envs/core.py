@@ -517,6 +517,11 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         else:
             text, problem = sanitize_action(action, self.max_action_chars)
             result = self._step(text) if problem is None else self.invalid_action_result(problem)
+        return self._finish_step(result)
+
+    def _finish_step(self, result: StepResult):
+        """The bookkeeping after a step's :class:`StepResult`: tool counts, the step index, the end of the
+        episode, the state hashes and ``info``; returns gymnasium's 5-tuple."""
         if result.tool is not None and result.action_valid:
             self._tool_calls[result.tool] += 1
         observation = result.observation

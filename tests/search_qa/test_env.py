@@ -201,3 +201,69 @@ def test_random_action_uses_the_given_task():
         action = e.random_action(rng, {"task_id": ex.id})
         inner = action.split(">")[-2].split("<")[0].split() if "<" in action else []
         assert set(inner) <= words
+
+
+class _Flaky(Retriever):
+    """The bundled retriever, failing every third call (a retrieval error is a search step too)."""
+
+    backend = "flaky"
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def batch_search(self, queries, k=3):
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise RuntimeError(f"shard {self.calls} is unreadable")
+        return self.inner.batch_search(queries, k)
+
+
+def _replay(fused: bool, use_c: bool) -> str:
+    """Random episodes (searches, answers, invalid and unusable turns, last turns, steps after the end,
+    failing retrievals) through ``SearchQAEnv.step``'s one-frame search path or, with ``fused=False``,
+    through ``TextEnv.step`` and its layers; everything returned, as text (values, key order, types)."""
+    from stratagym.envs import speedups
+
+    before = speedups.ENABLED
+    speedups.use(use_c)
+    try:
+        e = SearchQAEnv(split="test", max_turns=3, context_k=3, max_action_chars=200,
+                        retriever=_Flaky(_shared_env().retriever))
+        assert e._fused
+        e._fused = fused
+        rng, rows = np.random.default_rng(11), []
+        for episode in range(30):
+            rows.append(e.reset(seed=episode))
+            info = rows[-1][1]
+            for _ in range(6):  # up to two steps past the end of the episode
+                u = float(rng.random())
+                if u < 0.05:
+                    action = None if u < 0.02 else "<search> " + "q" * 300 + " </search>"  # unusable
+                else:
+                    action = e.random_action(rng, info)
+                out = e.step(action)
+                rows.append((action, out))
+                info = out[4]
+        return repr(rows)
+    finally:
+        speedups.use(before)
+
+
+def test_the_one_frame_search_step_equals_the_layered_step():
+    from stratagym.envs import speedups
+
+    for use_c in (True, False) if speedups.available() else (False,):
+        assert _replay(True, use_c) == _replay(False, use_c)
+
+
+def test_subclasses_that_override_a_layer_take_the_layered_step():
+    class Quiet(SearchQAEnv):
+        def _search(self, query):
+            result = super()._search(query)
+            result.info["quiet"] = True
+            return result
+
+    e = Quiet(split="test", retriever=_shared_env().retriever)
+    assert not e._fused and _shared_env()._fused
+    e.reset(seed=0)
+    assert e.step("<search> Kubae </search>")[4]["quiet"] is True
