@@ -14,13 +14,13 @@ On a generated invented-world corpus (the bundled benchmark's generator, scaled 
    the retriever wrapped in a timer; overhead per search step = step time minus the retriever's own
    time (wall clock per step, medians over the steps), as a share of the retriever's time (the issue's
    goal: < 10 %), for each of the three retrievers (a faster retriever makes the share harder); alternating,
-   ``--repeats`` times. The env keeps each passage's formatted text and hash piece in a table
-   (``PASSAGE_TABLE``) from the second time it meets it, and whole results whose passages it knows:
-   the lean and stock rows empty the table first (every passage is new to a repeat); the "same results
-   before" row plays the episodes three times unmeasured first (a GRPO group repeating a query; a
-   result is kept whole from the third time it is met: two plays, as before, left it at "passages met
-   before"); the "passages met before" row does too, then forgets the whole results (known passages,
-   new lists).
+   ``--repeats`` times. The env keeps whole results it has met before in a table (``PASSAGE_TABLE``;
+   with the C speed-ups from the second meeting, and the rest is formatted straight from the contents;
+   in Python each passage's formatted text and hash piece from its second meeting, and whole results
+   whose passages it knows): the lean and stock rows empty the table first (every passage is new to a
+   repeat); the "same results before" row plays the episodes three times unmeasured first (a GRPO
+   group repeating a query); the "passages met before" row does too, then forgets the whole results
+   (known passages, new lists: the Python path's passage table is warm, the C path does not use it).
    Every row runs twice per repeat, with the C speed-ups (``stratagym.envs._speedups``) and with the
    pure-Python fallback (``speedups.use(False)``: what ``STRATAGYM_NO_SPEEDUPS=1`` or an install without
    a compiler runs), in alternating order; the C/Python ratio of the env's own time is per repeat.

@@ -210,6 +210,10 @@ class PassageText:
     table starts over when full. A whole result whose passages were all met before is kept too (up to
     ``max_blocks``), so a top-k list met again (a GRPO group's repeated query) is one lookup.
 
+    With the C speed-ups the passage table is not used (see :meth:`block`): a result not kept whole is
+    formatted and hashed straight from its contents, and kept whole from the second time it is met;
+    :meth:`remember` then only fills the table the Python path would use.
+
     :meth:`block` returns exactly ``information_block(format_passages(contents))`` and
     ``stable_hash`` of it, built from the pieces. That is exact because every piece boundary in the
     block sits before an ASCII character that starts a new unit (``Doc``, ``(``, ``\\n``, ``<``):
