@@ -218,7 +218,7 @@ class _Flaky(Retriever):
         return self.inner.batch_search(queries, k)
 
 
-def _replay(fused: bool, use_c: bool) -> str:
+def _replay(fused: bool, use_c: bool, max_observation_chars: int | None = None) -> str:
     """Random episodes (searches, answers, invalid and unusable turns, last turns, steps after the end,
     failing retrievals) through ``SearchQAEnv.step``'s one-frame search path or, with ``fused=False``,
     through ``TextEnv.step`` and its layers; everything returned, as text (values, key order, types)."""
@@ -231,6 +231,8 @@ def _replay(fused: bool, use_c: bool) -> str:
                         retriever=_Flaky(_shared_env().retriever))
         assert e._fused
         e._fused = fused
+        if max_observation_chars is not None:  # observations cut to fit (_fit)
+            e.max_observation_chars = max_observation_chars
         rng, rows = np.random.default_rng(11), []
         for episode in range(30):
             rows.append(e.reset(seed=episode))
@@ -254,6 +256,7 @@ def test_the_one_frame_search_step_equals_the_layered_step():
 
     for use_c in (True, False) if speedups.available() else (False,):
         assert _replay(True, use_c) == _replay(False, use_c)
+        assert _replay(True, use_c, 150) == _replay(False, use_c, 150)
 
 
 def test_subclasses_that_override_a_layer_take_the_layered_step():
