@@ -94,11 +94,26 @@ class HFGenerator:
     models decode through :class:`stratagym.agents.fused_decode.FusedDecoder` (same maths, static KV
     cache, shared prompts prefilled once); other models, and ``fused=False``, call the transformers
     model once per token with a ``DynamicCache``. Both paths share the sampling and stopping code.
+
+    Two more savings on the fused path, both changing no sample (up to float rounding): with
+    ``prefix_cache`` a prompt that extends a row of the previous call (the next turn of a multi-turn
+    rollout) runs only its new tokens (:mod:`stratagym.agents.prefix_cache`), and with
+    ``drop_finished_rows`` rows that hit EOS or a stop string leave the decoder once a quarter of its rows
+    are done (a decode step costs about linearly in rows; uniforms are still drawn for every row, so the
+    random stream is the same).
     """
 
-    def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: bool = True):
+    def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: bool = True,
+                 prefix_cache: bool = True, drop_finished_rows: bool = True):
+        from stratagym.agents.prefix_cache import PrefixCache
+
         self.tokenizer = tokenizer
         self.fused = fused
+        #: the last fused call's keys/values, reused by the next call's prompts that extend its rows
+        #: (:mod:`stratagym.agents.prefix_cache`); None when turned off
+        self.prefix_cache: Optional[PrefixCache] = PrefixCache() if prefix_cache else None
+        #: the fused decoder stops decoding rows that finished (once a quarter of its rows are done)
+        self.drop_finished_rows = drop_finished_rows
         self.get_model = get_model
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = tokenizer.eos_token_id
@@ -113,9 +128,12 @@ class HFGenerator:
         return piece
 
     @staticmethod
-    def _sample(logits: torch.Tensor, cfg: SamplingConfig, greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(logits: torch.Tensor, cfg: SamplingConfig, greedy: bool, draw: Optional[tuple[int, torch.Tensor]] = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Next tokens and their log-probs under the temperature-scaled distribution (what the trainer
-        re-scores), sampled after top-k/top-p filtering."""
+        re-scores), sampled after top-k/top-p filtering. ``draw = (n, rows)``: the logits are rows ``rows``
+        of a batch of ``n``; uniforms are drawn for all ``n`` (the random stream does not depend on which
+        rows still decode)."""
         z = logits.float()
         if greedy:
             logp = torch.log_softmax(z, -1)
@@ -138,7 +156,11 @@ class HFGenerator:
         # torch.multinomial, costs several times more on CPU); same global torch generator.
         probs = logp.exp() if filt is z else torch.softmax(filt, -1)
         cdf = probs.cumsum(-1)
-        u = torch.rand((cdf.shape[0], 1), device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+        if draw is None:
+            u = torch.rand((cdf.shape[0], 1), device=cdf.device, dtype=cdf.dtype)
+        else:
+            u = torch.rand((draw[0], 1), device=cdf.device, dtype=cdf.dtype)[draw[1]]
+        u = u * cdf[:, -1:]
         tok = torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
@@ -167,8 +189,11 @@ class HFGenerator:
 
         return out.logits[:, -1, :], step
 
-    def _prefill_fused(self, decoder: Any, prompt_ids: Sequence[Sequence[int]], capacity_new: int) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
-        """The fused path: each distinct prompt is prefilled once (a group's G copies share it)."""
+    def _prefill_fused(self, model: torch.nn.Module, decoder: Any, prompt_ids: Sequence[Sequence[int]],
+                       capacity_new: int) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor], list[int]]:
+        """The fused path: each distinct prompt is prefilled once (a group's G copies share it), from the
+        known prefix the prefix cache holds for it if any. Returns the first logits, the step function and
+        each row's first cache slot."""
         uniq: dict[tuple[int, ...], int] = {}
         expand = [uniq.setdefault(tuple(int(t) for t in p), len(uniq)) for p in prompt_ids]
         rows = list(uniq)
@@ -178,8 +203,9 @@ class HFGenerator:
         for i, p in enumerate(rows):
             ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
             attn[i, P - len(p) :] = 1
-        logits = decoder.prefill(ids, attn, torch.tensor(expand, dtype=torch.long), P + capacity_new)
-        return logits, decoder.step
+        reuse = self.prefix_cache.lookup(model, rows) if self.prefix_cache is not None else None
+        logits = decoder.prefill(ids, attn, torch.tensor(expand, dtype=torch.long), P + capacity_new, reuse=reuse)
+        return logits, decoder.step, [P - len(rows[u]) for u in expand]
 
     @torch.no_grad()  # not inference_mode: a transformers forward may cache buffers the training forward reuses
     def generate(
@@ -200,7 +226,7 @@ class HFGenerator:
         try:
             decoder = fused_decoder_for(model) if self.fused else None
             if decoder is not None:
-                logits, step = self._prefill_fused(decoder, prompt_ids, cfg.max_new_tokens)
+                logits, step, starts = self._prefill_fused(model, decoder, prompt_ids, cfg.max_new_tokens)
             else:
                 logits, step = self._prefill_hf(model, prompt_ids, device)
             done = [False] * B
@@ -215,12 +241,21 @@ class HFGenerator:
             # stop's last character: only such tokens need the (string) search
             last_chars = {s[-1] for s in stop if s}
             eos = self.eos_ids
+            fed = 0  # tokens run through the decoder after the prompts (all sampled but the last)
+            # the fused decoder drops finished rows once a quarter of its rows are done (decode time is
+            # ~linear in rows); ``live[k]`` is the row of the call that decoder row k holds
+            live = list(range(B))
+            live_idx: Optional[torch.Tensor] = None
+            sources: list[Any] = [None] * B  # prefix-cache sources of dropped rows
             for t in range(cfg.max_new_tokens):
-                tok, lp = self._sample(logits, cfg, greedy)
+                tok, lp = self._sample(logits, cfg, greedy, None if live_idx is None else (B, live_idx))
+                if live_idx is not None:  # back to rows of the call; dropped rows are done, their slots unused
+                    tok = torch.zeros(B, dtype=tok.dtype, device=tok.device).index_copy_(0, live_idx, tok)
+                    lp = torch.zeros(B, dtype=lp.dtype, device=lp.device).index_copy_(0, live_idx, lp)
                 toks.append(tok)
                 lps.append(lp)
                 tok_cpu = tok.tolist()
-                for i in range(B):
+                for i in live:
                     if done[i]:
                         continue
                     tk = tok_cpu[i]
@@ -241,8 +276,24 @@ class HFGenerator:
                             n_done += 1
                 if n_done == B or t == cfg.max_new_tokens - 1:
                     break
-                # finished rows keep decoding their own (ignored) samples: rows never interact
-                logits = step(tok)
+                if decoder is not None and self.drop_finished_rows and 4 * sum(done[i] for i in live) >= len(live):
+                    keep = [k for k, i in enumerate(live) if not done[i]]
+                    if self.prefix_cache is not None:
+                        for k, i in enumerate(live):
+                            if done[i]:
+                                sources[i] = (decoder.prefix_source(k, starts[i]), fed)
+                    decoder.keep_rows(torch.tensor(keep, dtype=torch.long, device=device))
+                    live = [live[k] for k in keep]
+                    live_idx = torch.tensor(live, dtype=torch.long, device=tok.device)
+                # rows never interact: finished rows still in the decoder keep decoding (ignored) samples
+                logits = step(tok if live_idx is None else tok[live_idx])
+                fed += 1
+            if decoder is not None and self.prefix_cache is not None:
+                for k, i in enumerate(live):
+                    sources[i] = (decoder.prefix_source(k, starts[i]), fed)
+                tok_mat_fed = torch.stack(toks, 1).cpu().tolist() if toks else [[] for _ in range(B)]
+                self.prefix_cache.record(model, [list(prompt_ids[i]) + tok_mat_fed[i][: n] for i, (_, n) in enumerate(sources)],
+                                         [src for src, _ in sources])
         finally:
             if was_training:
                 model.train()

@@ -30,7 +30,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FusedDecoder", "fused_decoder_for", "unsupported_reason"]
+__all__ = ["FusedDecoder", "PrefixSource", "fused_decoder_for", "unsupported_reason"]
 
 _ARCHS = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn")
@@ -90,6 +90,21 @@ class _Layer:
     b_gu: Optional[torch.Tensor]
     w_down: torch.Tensor
     b_down: Optional[torch.Tensor]
+
+
+@dataclass
+class PrefixSource:
+    """Keys and values of the first ``length`` tokens of a sequence: ``kv[layer][row, :, start:start+length]``
+    (keys then values of every kv head, as :class:`FusedDecoder` lays out its cache)."""
+
+    kv: list[torch.Tensor]
+    row: int
+    start: int
+    length: int
+
+    def prefix(self, length: int) -> "PrefixSource":
+        """The same source cut to its first ``length`` tokens."""
+        return PrefixSource(self.kv, self.row, self.start, min(int(length), self.length))
 
 
 def _cat_bias(*lins: torch.nn.Linear) -> Optional[torch.Tensor]:
@@ -223,22 +238,69 @@ class FusedDecoder:
 
     # ---- public -------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, expand: torch.Tensor, capacity: int) -> torch.Tensor:
+    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, expand: torch.Tensor, capacity: int,
+                reuse: Optional[list[Optional["PrefixSource"]]] = None) -> torch.Tensor:
         """Run the (left-padded) distinct prompts ``ids``/``attn`` (U, P) and lay out a cache for B rows,
-        row b holding prompt ``expand[b]``, with room for ``capacity`` slots. Returns (B, V) logits."""
+        row b holding prompt ``expand[b]``, with room for ``capacity`` slots. Returns (B, V) logits.
+
+        ``reuse[u]``: keys and values another decoder already computed for the first tokens of prompt u
+        (:class:`PrefixSource`, from :meth:`prefix_source` of a decoder over the same weights); only the
+        rest of each prompt is run (see :meth:`_prefill_reusing`)."""
         U, P = ids.shape
-        B = int(expand.numel())
         dev = self.device
         ids, attn, expand = ids.to(dev), attn.to(dev).bool(), expand.to(dev)
-        # keys then values of each layer in one tensor: one in-place write per layer and step
-        self._kv = [torch.zeros((B, 2 * self.nkv, capacity, self.hd), dtype=self.dtype, device=dev) for _ in self.layers]
         self._rope_tables(capacity + 1)
         self._step_cos = self._step_sin = None  # the prefill itself uses the position tables
         pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
-        causal = torch.ones((P, P), dtype=torch.bool, device=dev).tril()
-        # a padded query sees only itself: a fully masked row would give NaN and leak into the cache
-        mask = (causal[None] & attn[:, None, :]) | torch.eye(P, dtype=torch.bool, device=dev)[None]
-        h = self._forward(F.embedding(ids, self.embed), pos, 0, mask[:, None], expand)
+        if reuse is not None and any(r is not None for r in reuse):
+            h = self._prefill_reusing(ids, attn, pos, reuse)
+            self._kv = [self._expand_cache(work, expand, capacity) for work in self._kv]
+        else:
+            B = int(expand.numel())
+            # keys then values of each layer in one tensor: one in-place write per layer and step
+            self._kv = [torch.zeros((B, 2 * self.nkv, capacity, self.hd), dtype=self.dtype, device=dev) for _ in self.layers]
+            causal = torch.ones((P, P), dtype=torch.bool, device=dev).tril()
+            # a padded query sees only itself: a fully masked row would give NaN and leak into the cache
+            mask = (causal[None] & attn[:, None, :]) | torch.eye(P, dtype=torch.bool, device=dev)[None]
+            h = self._forward(F.embedding(ids, self.embed), pos, 0, mask[:, None], expand)
+        self._after_prefill(attn, pos, expand, capacity)
+        return self._logits(h)[expand]
+
+    def _expand_cache(self, work: torch.Tensor, expand: torch.Tensor, capacity: int) -> torch.Tensor:
+        """The B-row cache of ``capacity`` slots whose first slots hold ``work``'s row ``expand[b]``."""
+        cache = work.new_zeros((int(expand.numel()), work.shape[1], capacity, work.shape[3]))
+        cache[:, :, : work.shape[2]] = work[expand]
+        return cache
+
+    def _prefill_reusing(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor,
+                         reuse: list[Optional["PrefixSource"]]) -> torch.Tensor:
+        """Prefill of prompts whose first tokens' keys/values are known. Prompt u (p_u real tokens, left
+        padded to P) reuses ``reuse[u].length`` of them (copied into its slots); the last S slots of every
+        prompt, S = the longest remainder, run as queries (a prompt with a shorter remainder recomputes a
+        few known slots: the same values up to float rounding), attending causally to all its real slots.
+        Keys and values depend only on the tokens up to them (causal attention, positions counted from
+        the first real token), so this is the same computation as running the whole prompt."""
+        U, P = ids.shape
+        dev = self.device
+        lens = attn.sum(-1).tolist()
+        known = [0 if r is None else r.length for r in reuse]
+        S = max(n - k for n, k in zip(lens, known))
+        self._kv = [torch.zeros((U, 2 * self.nkv, P, self.hd), dtype=self.dtype, device=dev) for _ in self.layers]
+        for u, r in enumerate(reuse):
+            if r is None or r.length == 0:
+                continue
+            dst = P - lens[u]
+            for work, src in zip(self._kv, r.kv):
+                work[u, :, dst : dst + r.length] = src[r.row, :, r.start : r.start + r.length]
+        q0 = P - S
+        slots = torch.arange(P, device=dev)
+        causal = slots[None, :] <= slots[q0:, None]  # (S, P)
+        mask = (causal[None] & attn[:, None, :]) | (slots[None, :] == slots[q0:, None])[None]
+        return self._forward(F.embedding(ids[:, q0:], self.embed), pos[:, q0:], q0, mask[:, None], None)
+
+    def _after_prefill(self, attn: torch.Tensor, pos: torch.Tensor, expand: torch.Tensor, capacity: int) -> None:
+        B, P = int(expand.numel()), attn.shape[1]
+        dev = self.device
         # additive key mask (0 / -inf) kept up to date in place: SDPA would convert a boolean one per layer
         self._key_bias = torch.full((B, capacity), float("-inf"), dtype=self.dtype, device=dev)
         self._key_bias[:, :P].masked_fill_(attn[expand], 0.0)
@@ -248,7 +310,22 @@ class FusedDecoder:
         steps = self._pos[:, None] + torch.arange(capacity - P, device=dev)[None, :]
         self._step_cos = self._cos[steps][:, :, :, None]
         self._step_sin = self._sin[steps][:, :, :, None]
-        return self._logits(h)[expand]
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Go on decoding only cache rows ``rows`` (in that order): finished rows of a batch stop costing
+        decode time. Copies the kept rows' cache; the previous cache tensors stay valid for any
+        :class:`PrefixSource` taken from them before."""
+        self._kv = [c.index_select(0, rows) for c in self._kv]
+        self._key_bias = self._key_bias.index_select(0, rows)
+        self._pos = self._pos.index_select(0, rows)
+        if self._step_cos is not None:
+            self._step_cos = self._step_cos.index_select(0, rows)
+            self._step_sin = self._step_sin.index_select(0, rows)
+
+    def prefix_source(self, row: int, start: int) -> "PrefixSource":
+        """The keys/values this decoder holds for cache row ``row`` from slot ``start`` (its first real
+        token) up to the last token it has run, for a later :meth:`prefill` over the same weights."""
+        return PrefixSource(self._kv, row, start, self._n - start)
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:

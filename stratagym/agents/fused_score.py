@@ -180,9 +180,11 @@ class FusedScorer:
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
     # ---- the two layouts of LLMPolicy re-scoring -------------------------------------------------------
-    def whole_rows(self, ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        """``ids`` (B, L) right-padded rows, causal attention only, positions 0..L-1 (what the transformers
-        model computes without an attention mask). Returns the logits at positions ``keep`` (B, T)."""
+    def whole_rows(self, ids: torch.Tensor, keep: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``ids`` (R, L) right-padded rows, causal attention only, positions 0..L-1 (what the transformers
+        model computes without an attention mask). Returns the logits at positions ``keep`` (B, T) of row
+        ``rows[b]`` (default: of row b, B == R): several outputs may read one row (the earlier turns of a
+        multi-turn trajectory inside its last turn's row)."""
         B, L = ids.shape
         L_run = min(int(keep.max()) + 1, L)  # later positions feed no kept output (causal)
         ids = ids[:, :L_run]
@@ -193,7 +195,10 @@ class FusedScorer:
         cos, sin = self._rope(pos, x.dtype)
         x, _ = self._layers(x, cos, sin, None, self._weights())  # causal only: SDPA's causal path, no mask
         H = x.shape[-1]
-        h = x.gather(1, keep[:, :, None].expand(B, keep.shape[1], H))
+        if rows is not None:
+            h = x[rows[:, None], keep]  # (B, T, H)
+        else:
+            h = x.gather(1, keep[:, :, None].expand(B, keep.shape[1], H))
         return self._head(h)
 
     def shared_prompts(self, pre_ids: torch.Tensor, pre_attn: torch.Tensor, expand: torch.Tensor,

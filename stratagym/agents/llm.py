@@ -67,13 +67,21 @@ class LLMConfig:
     ``lora``: peft LoRA settings (``r``, ``alpha``, ``dropout``, ``target_modules``) or None for full
     fine-tuning. ``fused_decode``: the ``hf`` backend samples Llama/Qwen2 models through the fused
     static-KV-cache forward (:mod:`stratagym.agents.fused_decode`; exact, several times faster on small
-    models); False always calls the transformers model per token. ``shared_prompt_scoring``: re-scoring
+    models); False always calls the transformers model per token. ``prefix_cache``: with fused decoding,
+    a call's prompts that extend a row of the previous call (the next turn of a multi-turn rollout: the
+    last prompt, its response, the new observation) run only their new tokens, reusing the previous
+    call's keys and values while the weights are unchanged (:mod:`stratagym.agents.prefix_cache`; the
+    same maths up to float rounding); False prefills every prompt whole. ``shared_prompt_scoring``: re-scoring
     runs each distinct prompt once and the rows that share it continue from its key/value cache (a
     group's G samples share their prompt, so the scoring forward, the reference forward and the backward
     skip (G-1)/G of the prompt tokens); the same maths as scoring every row whole (equal up to float
     rounding, gradients included). Used on an unwrapped model only (not under DDP/FSDP, which expect one
     forward per backward) and not with gradient checkpointing; False always scores rows whole.
-    ``fused_scoring``: re-scoring of Llama/Qwen2 models runs through the fused training forward
+    ``shared_history_scoring``: with the fused scoring forward, a row whose prompt + response is the start
+    of another row's (an earlier turn of a multi-turn trajectory whose history the prompt keeps verbatim)
+    is read out of that row's forward instead of running its own (the same maths; rows of one trajectory
+    must be in one scoring call, which the trainer's trajectory-ordered micro-batches mostly give); used
+    when it skips at least a quarter of the tokens. ``fused_scoring``: re-scoring of Llama/Qwen2 models runs through the fused training forward
     (:mod:`stratagym.agents.fused_score`: q/k/v and gate/up as one matmul each, rotary in one pass,
     one additive attention mask per pass; the same maths, log-probs and gradients equal to the transformers forward up to
     float rounding), for rows scored whole and shared prompts alike; used on an unwrapped model on CPU
@@ -98,7 +106,9 @@ class LLMConfig:
     gradient_checkpointing: bool = False
     logprob_chunk: Optional[int] = None
     fused_decode: bool = True
+    prefix_cache: bool = True
     shared_prompt_scoring: bool = True
+    shared_history_scoring: bool = True
     fused_scoring: bool = True
     vllm: dict[str, Any] = field(default_factory=dict)
     openai: dict[str, Any] = field(default_factory=dict)
@@ -257,7 +267,8 @@ class LLMPolicy:
         if self._backend is None:
             kind = self.config.backend
             if kind == "hf":
-                self._backend = HFGenerator(self.tokenizer, lambda: self.model, fused=self.config.fused_decode)
+                self._backend = HFGenerator(self.tokenizer, lambda: self.model, fused=self.config.fused_decode,
+                                            prefix_cache=self.config.prefix_cache)
             elif kind == "vllm":
                 self._backend = VLLMGenerator(self.config.model, **self.config.vllm)
                 self._dirty = True
@@ -270,8 +281,12 @@ class LLMPolicy:
         return self._backend
 
     def after_optimizer_step(self) -> None:
-        """Called by the trainer after each optimizer step: the vLLM engine needs the new weights."""
+        """Called by the trainer after each optimizer step: the vLLM engine needs the new weights, and
+        keys/values kept for prefix reuse are stale."""
         self._dirty = True
+        cache = getattr(self._backend, "prefix_cache", None)
+        if cache is not None:
+            cache.clear()
 
     # ---- prompting ------------------------------------------------------------------------------------
     def template_for(self, request: GenerationRequest) -> PromptTemplate:
@@ -383,9 +398,40 @@ class LLMPolicy:
 
         return fused_scorer_for(self.model)
 
+    def _history_hosts(self, payloads: Sequence[Any], shared: Optional[tuple[list[torch.Tensor], list[int]]]) -> Optional[list[int]]:
+        """For each row, the index of a row whose tokens (prompt + response) begin with this row's whole
+        prompt + response (itself when none does): a multi-turn trajectory's earlier turns lie inside its
+        last turn's prompt when the history is kept verbatim. None when scoring the host rows alone
+        would not skip at least a quarter of the padded tokens of the other layouts."""
+        if not self.config.shared_history_scoring or len(payloads) < 2:
+            return None
+        seqs = [tuple(p["prompt_ids"].tolist()) + tuple(p["response_ids"].tolist()) for p in payloads]
+        host_of = list(range(len(seqs)))
+        hosts: list[int] = []
+        for i in sorted(range(len(seqs)), key=lambda j: -len(seqs[j])):
+            s = seqs[i]
+            for h in hosts:
+                if seqs[h][: len(s)] == s:
+                    host_of[i] = h
+                    break
+            else:
+                hosts.append(i)
+        if len(hosts) == len(seqs):
+            return None
+        cost = len(hosts) * max(len(seqs[h]) for h in hosts)
+        other = len(seqs) * max(map(len, seqs))  # every row whole, right-padded
+        if shared is not None:
+            prompts, _ = shared
+            other = min(other, len(prompts) * max(len(p) for p in prompts)
+                        + len(seqs) * max(int(p["response_ids"].numel()) for p in payloads))
+        return host_of if cost * 4 <= other * 3 else None
+
     def _score(self, payloads: Sequence[Any], with_entropy: bool) -> SequenceLogProbs:
         scorer = self._fused_scorer()
         shared = self._shared_prompts(payloads)
+        hosts = self._history_hosts(payloads, shared) if scorer is not None else None
+        if hosts is not None:
+            return self._score_in_hosts(payloads, with_entropy, hosts, scorer)
         if shared is not None:
             return self._score_shared(payloads, with_entropy, *shared, scorer=scorer)
         device = self.device
@@ -445,6 +491,41 @@ class LLMPolicy:
         samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(device)
         return SequenceLogProbs(lp, mask, ent, samp)
 
+
+    def _score_in_hosts(self, payloads: Sequence[Any], with_entropy: bool, host_of: list[int], scorer: Any) -> SequenceLogProbs:
+        """:meth:`_score` with every row read out of its host row's forward (:meth:`_history_hosts`): the
+        host rows run whole (right-padded, causal), and row b's logits are taken at the positions of its
+        own response inside host ``host_of[b]``. A token's logits depend only on the tokens before it, at
+        the same positions, so this is the maths of scoring every row on its own (log-probs and gradients
+        equal up to float rounding) with each trajectory's shared history run once."""
+        device = self.device
+        hosts = sorted(set(host_of))
+        slot = {h: k for k, h in enumerate(hosts)}
+        rows = torch.tensor([slot[h] for h in host_of], dtype=torch.long, device=device)
+        plen = torch.tensor([int(p["prompt_ids"].numel()) for p in payloads])
+        rlen = torch.tensor([int(p["response_ids"].numel()) for p in payloads])
+        if int(rlen.min()) < 1:
+            raise ValueError("every payload needs at least one response token")
+        hlen = [int(plen[h] + rlen[h]) for h in hosts]
+        L, T = max(hlen), int(rlen.max())
+        ids = torch.full((len(hosts), L), self.tokenizer.pad_token_id, dtype=torch.long)
+        for k, h in enumerate(hosts):
+            ids[k, : int(plen[h])] = payloads[h]["prompt_ids"]
+            ids[k, int(plen[h]) : hlen[k]] = payloads[h]["response_ids"]
+        ids = ids.to(device)
+        cols = torch.arange(T, device=device)
+        keep = ((plen.to(device) - 1)[:, None] + cols[None, :]).clamp(max=L - 2)
+        logits = scorer.whole_rows(ids, keep, rows=rows)
+        labels = ids[rows[:, None], keep + 1]
+        mask = cols[None, :] < rlen.to(device)[:, None]
+        res = token_logprobs(logits.float(), labels, temperature=self.config.temperature, with_entropy=with_entropy,
+                             chunk_size=self.config.logprob_chunk)
+        lp, ent = (res if with_entropy else (res, None))
+        lp = lp.masked_fill(~mask, 0.0)
+        if ent is not None:
+            ent = ent.masked_fill(~mask, 0.0)
+        samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(device)
+        return SequenceLogProbs(lp, mask, ent, samp)
 
     def _score_shared(self, payloads: Sequence[Any], with_entropy: bool, prompts: list[torch.Tensor],
                       expand: list[int], scorer: Any = None) -> SequenceLogProbs:

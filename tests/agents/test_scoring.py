@@ -124,3 +124,69 @@ def test_shared_prompt_scoring_with_lora_and_its_reference():
     assert float((a - ra).abs().max()) > 1e-3  # the adapters matter
     assert torch.allclose(a, b, atol=1e-5) and torch.allclose(ra, rb, atol=1e-5)
     assert len(ga) == 8 and all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(ga, gb))
+
+
+def _trajectory_payloads() -> list[dict]:
+    """Three 3-turn trajectories whose prompts keep the history verbatim (turn t's prompt = turn t-1's
+    prompt + response + an observation), one whose later prompt drops its oldest tokens (a sliding
+    window: nothing to share), and a one-turn row; responses of different lengths."""
+    g = torch.Generator().manual_seed(2)
+    rand = lambda n: torch.randint(3, 700, (n,), generator=g)  # noqa: E731
+    out = []
+    for n_p, lens in [(6, (3, 8, 2)), (1, (5, 1, 9)), (14, (7, 4, 4))]:
+        prompt = rand(n_p)
+        for n_r in lens:
+            resp = rand(n_r)
+            out.append({"prompt_ids": prompt.clone(), "response_ids": resp, "sampling_logprobs": torch.zeros(n_r)})
+            prompt = torch.cat([prompt, resp, rand(5)])
+    first = {"prompt_ids": rand(10), "response_ids": rand(6), "sampling_logprobs": torch.zeros(6)}
+    out.append(first)
+    slid = torch.cat([first["prompt_ids"], first["response_ids"], rand(4)])[3:]
+    out.append({"prompt_ids": slid, "response_ids": rand(3), "sampling_logprobs": torch.zeros(3)})
+    out.append({"prompt_ids": rand(4), "response_ids": rand(11), "sampling_logprobs": torch.zeros(11)})
+    return out
+
+
+def test_shared_history_scoring_matches_whole_rows():
+    """Earlier turns read out of their trajectory's last row: the same log-probs, entropies and gradients
+    as scoring every row whole, and only verbatim histories are shared."""
+    path = tiny_lm_path()
+    pays = _trajectory_payloads()
+    results = {}
+    for shared in (True, False):
+        pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), temperature=0.7,
+                                                               shared_history_scoring=shared))
+        hosts = pol._history_hosts(pays, pol._shared_prompts(pays))
+        if shared:  # each 3-turn trajectory is read out of its third row; the sliding window is not shared
+            assert hosts == [2, 2, 2, 5, 5, 5, 8, 8, 8, 9, 10, 11]
+        else:
+            assert hosts is None
+        res = pol.sequence_log_probs(pays, with_entropy=True)
+        (res.logprobs * res.mask).sum().backward()
+        results[shared] = (res, [p.grad.clone() for p in pol.parameters()])
+    (a, ga), (b, gb) = results[True], results[False]
+    assert torch.equal(a.mask, b.mask) and a.mask.sum(1).tolist() == [3, 8, 2, 5, 1, 9, 7, 4, 4, 6, 3, 11]
+    assert torch.isfinite(a.logprobs).all() and torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert torch.allclose(a.entropy, b.entropy, atol=1e-5)
+    assert float(a.logprobs.detach()[~a.mask].abs().sum()) == 0.0
+    assert all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(ga, gb))
+
+
+def test_shared_history_scoring_only_when_it_saves_tokens():
+    """Rows with nothing to share, or sharing too little, keep the other layouts; without the fused
+    forward (LoRA here) the path is not taken."""
+    path = tiny_lm_path()
+    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path)))
+    assert pol._history_hosts(_payloads(), None) is None
+    assert pol._history_hosts(_group_payloads(), pol._shared_prompts(_group_payloads())) is None
+    g = torch.Generator().manual_seed(3)
+    long_row = {"prompt_ids": torch.randint(3, 700, (40,), generator=g), "response_ids": torch.randint(3, 700, (2,), generator=g),
+                "sampling_logprobs": torch.zeros(2)}
+    # a 2-token history inside one of four 42-token rows: one row of five saved is less than a quarter
+    short = {"prompt_ids": long_row["prompt_ids"][:1], "response_ids": long_row["prompt_ids"][1:2], "sampling_logprobs": torch.zeros(1)}
+    others = [{"prompt_ids": torch.randint(3, 700, (40,), generator=g), "response_ids": torch.randint(3, 700, (2,), generator=g),
+               "sampling_logprobs": torch.zeros(2)} for _ in range(3)]
+    assert pol._history_hosts([short, long_row, *others], None) is None
+    assert pol._history_hosts([short, long_row, *others[:2]], None) == [1, 1, 2, 3]
+    lora = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), lora={"r": 4, "alpha": 8}))
+    assert lora._fused_scorer() is None
