@@ -26,6 +26,9 @@
 #include <stdint.h>
 #include <limits.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* A dict sized for n keys up front where CPython exports that (3.13 made it internal). */
 #if PY_VERSION_HEX < 0x030D0000
@@ -426,7 +429,34 @@ static PyObject *stable_hash(PyObject *self, PyObject *text)
         }
         size_t k = 0;
         unsigned prev_space = 1; /* the start counts as after a space: leading whitespace is dropped */
-        for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t i = 0;
+#ifdef __SSE2__
+        /* 16 bytes at a time where nothing collapses: every byte below 0x21 is a space or a newline and
+         * none follows whitespace (or the start); the newlines become spaces and all 16 are kept. Any
+         * other chunk (a tab, a control character, a run of whitespace) takes the byte loop. */
+        const __m128i below = _mm_set1_epi8(0x21), nl = _mm_set1_epi8('\n'), sp = _mm_set1_epi8(' ');
+        while (i + 16 <= n) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i is_nl = _mm_cmpeq_epi8(x, nl);
+            unsigned low = (unsigned)_mm_movemask_epi8(_mm_cmplt_epi8(x, below)); /* ASCII: signed is fine */
+            unsigned ws = (unsigned)_mm_movemask_epi8(_mm_or_si128(is_nl, _mm_cmpeq_epi8(x, sp)));
+            if (low != ws || (ws & ((ws << 1) | prev_space))) {
+                for (Py_ssize_t end = i + 16; i < end; i++) {
+                    unsigned char c = p[i];
+                    unsigned space = ASCII_SPACE[c];
+                    out[k] = space ? (unsigned char)' ' : c;
+                    k += !(space & prev_space);
+                    prev_space = space;
+                }
+                continue;
+            }
+            _mm_storeu_si128((__m128i *)(out + k), _mm_or_si128(_mm_andnot_si128(is_nl, x), _mm_and_si128(is_nl, sp)));
+            k += 16;
+            prev_space = (ws >> 15) & 1;
+            i += 16;
+        }
+#endif
+        for (; i < n; i++) {
             unsigned char c = p[i];
             unsigned space = ASCII_SPACE[c];
             out[k] = space ? (unsigned char)' ' : c;
