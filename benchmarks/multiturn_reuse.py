@@ -9,9 +9,11 @@ scoring (``policy.shared_history_scoring``).
 Two trainers built from the same recipe, one with both settings off (every turn's prompt prefilled and
 scored whole, and finished rows decoded to the end of the batch: the behaviour before them) and one with
 all on (the defaults), step ALTERNATELY in one process on the same machine load. Before each pair of steps the global torch RNG is set to the same state for both, so
-they sample the same tokens (the reuse is exact up to float rounding): the script checks that their
-rollouts (tokens, returns) agree and reports the largest loss difference; a sample flipped by rounding
-(a uniform draw within ~1e-6 of a boundary) makes them part, which it reports. Printed per step and as
+they sample the same tokens (the reuse is exact up to float rounding), and before each pair the
+trainer without the savings takes the other's weights, optimizer state and task sampler state: the
+script checks that their rollouts (tokens, returns) agree and reports the largest loss difference; a
+sample flipped by rounding (a uniform draw within ~1e-6 of a boundary) makes one step's rollouts part,
+which it reports (the next step starts from the same state again). Printed per step and as
 medians with ranges: the step, generation and update (scoring + backward + optimizer) times, their
 ratios (on / off), and how much of the prompts the generator reused.
 """
@@ -54,6 +56,16 @@ def build(recipe: Path, model: str | None, reuse: bool):
     return trainer
 
 
+def sync(off, on) -> None:
+    """Start ``off``'s next step from ``on``'s state (weights, optimizer, schedule, task sampler), so
+    that a sample flipped by float rounding in one step does not make every later step differ."""
+    off.policy.model.load_state_dict(on.policy.model.state_dict())
+    off.optimizer.load_state_dict(on.optimizer.state_dict())
+    if getattr(on, "scheduler", None) is not None:
+        off.scheduler.load_state_dict(on.scheduler.state_dict())
+    off.rng.bit_generator.state = on.rng.bit_generator.state
+
+
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
 
@@ -71,21 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     off, on = build(args.recipe, args.model, False), build(args.recipe, args.model, True)
     rows = []
     worst_loss = 0.0
-    diverged: int | None = None
+    parted: list[int] = []
     for k in range(args.warmup + args.steps):
+        sync(off, on)
         state = torch.get_rng_state()
         m_off = off.train_step()
         torch.set_rng_state(state)
         m_on = on.train_step()
         same = all(m_off.get(key) == m_on.get(key) for key in ("rollout/tokens", "rollout/return", "rollout/episodes"))
-        if same and not diverged:
+        if same:
             worst_loss = max(worst_loss, abs(m_off["loss/loss"] - m_on["loss/loss"]))
-        elif not diverged:
+        else:
             # float rounding differs between the layouts: a uniform draw within ~1e-6 of a token's CDF
-            # boundary flips that sample, and the two trainers' rollouts part from there on
-            diverged = k
+            # boundary flips that sample, and the two rollouts part from there (sync() re-joins them)
+            parted.append(k)
             print(f"[step {k}] the rollouts parted (tokens {int(m_off['rollout/tokens'])} vs "
-                  f"{int(m_on['rollout/tokens'])}): a sample flipped by float rounding; timings go on", flush=True)
+                  f"{int(m_on['rollout/tokens'])}): a sample flipped by float rounding", flush=True)
         row = {name: (m_off[f"time/{name}"], m_on[f"time/{name}"]) for name in ("step", "generate", "update")}
         tag = "warm-up" if k < args.warmup else "step"
         print(f"[{tag} {k}] tokens {int(m_on['rollout/tokens'])}  " + "  ".join(
@@ -95,11 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     cache = on.policy.backend.prefix_cache
     print(f"\nmodel {on.config.policy['model']}, {args.steps} steps after {args.warmup} warm-up, alternating, "
           f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
-    if diverged is None:
-        print(f"rollouts identical in tokens and returns; largest |loss difference| {worst_loss:.2e}")
-    else:
-        print(f"rollouts identical up to step {diverged} (largest |loss difference| before it {worst_loss:.2e}), "
-              "then parted by one flipped sample; later steps compare similar, not identical, work")
+    print(f"rollouts identical in tokens and returns in {args.warmup + args.steps - len(parted)} of "
+          f"{args.warmup + args.steps} steps (parted by a flipped sample: {parted or 'none'}); "
+          f"largest |loss difference| where identical {worst_loss:.2e}")
     print(f"prompt tokens the generator reused: {cache.reused_tokens} of {cache.prompt_tokens} "
           f"({cache.reused_tokens / max(cache.prompt_tokens, 1):.0%}; warm-up included)")
     print(f"{'seconds per step':<18}{'off':>22}{'on':>22}{'on / off':>24}")
