@@ -51,8 +51,14 @@ def build_trainer() -> trainer_module.Trainer:
     return trainer
 
 
+def say(line: str) -> None:
+    """One write(2) per line: both ranks share the pipe, and print() may split a line in several writes
+    that interleave with the other rank's (a write of < PIPE_BUF bytes to a pipe is atomic)."""
+    os.write(1, f"{line}\n".encode())
+
+
 if __name__ == "__main__":
-    atexit.register(lambda: print("gloo threads after the hook:", gloo_threads(), flush=True))
+    atexit.register(lambda: say(f"gloo threads after the hook: {gloo_threads()}"))
     if sys.argv[1] == "trainer":
         trainer = build_trainer()
         accelerator = trainer.accelerator
@@ -68,4 +74,4 @@ if __name__ == "__main__":
     assert [float(o[-1]) for o in outs] == [float(r) for r in range(world)]
     assert gloo_threads() >= 2, "expected gloo's worker threads while the group is up"
     del work, outs
-    print("done", rank, flush=True)
+    say(f"done {rank}")
