@@ -280,13 +280,18 @@ class LLMPolicy:
                 self._backend = OpenAIGenerator(**opts)
         return self._backend
 
+    def release_generation_cache(self) -> None:
+        """Drop the keys/values the ``hf`` backend keeps for prefix reuse (the trainer calls this when a
+        rollout ends: the next generation runs on new weights)."""
+        cache = getattr(self._backend, "prefix_cache", None)
+        if cache is not None:
+            cache.clear()
+
     def after_optimizer_step(self) -> None:
         """Called by the trainer after each optimizer step: the vLLM engine needs the new weights, and
         keys/values kept for prefix reuse are stale."""
         self._dirty = True
-        cache = getattr(self._backend, "prefix_cache", None)
-        if cache is not None:
-            cache.clear()
+        self.release_generation_cache()
 
     # ---- prompting ------------------------------------------------------------------------------------
     def template_for(self, request: GenerationRequest) -> PromptTemplate:

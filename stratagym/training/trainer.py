@@ -625,6 +625,11 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
         batch = self.rollout()
+        # keys/values kept for the next turn's prompts are of no use once the rollout is over (the update
+        # changes the weights): free them before the update's activations need the memory
+        release = getattr(self.policy, "release_generation_cache", None)
+        if release is not None:
+            release()
         t1 = time.perf_counter()
         metrics = self._rollout_metrics(batch)
         metrics.update(self.update(batch))

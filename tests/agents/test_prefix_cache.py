@@ -131,13 +131,16 @@ def test_keys_and_values_of_other_weights_are_never_reused():
     assert gen.prefix_cache.lookup(model, nxt) is None
 
 
-def test_policy_clears_the_cache_after_an_optimizer_step():
+def test_policy_clears_the_cache_after_an_optimizer_step_and_a_rollout():
     path = tiny_lm_path()
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), max_new_tokens=6, template="plain"))
     prompt = pol.tokenizer("hello there")["input_ids"]
     pol.backend.generate([prompt], [], pol.config.sampling(), greedy=True)
     assert pol.backend.prefix_cache._sources
     pol.after_optimizer_step()
+    assert not pol.backend.prefix_cache._sources
+    pol.backend.generate([prompt], [], pol.config.sampling(), greedy=True)
+    pol.release_generation_cache()  # what the trainer calls when a rollout ends
     assert not pol.backend.prefix_cache._sources
     off = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), prefix_cache=False))
     assert off.backend.prefix_cache is None

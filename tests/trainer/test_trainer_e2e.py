@@ -153,3 +153,25 @@ def test_env_tasks_slice_limits_training_to_those_tasks(tmp_path, choice_policy)
         trainer.close()
     with pytest.raises(ConfigError, match=r"no tasks in env.tasks '10000:' \(the split has"):
         Trainer(_config(env, {}, str(tmp_path / "r2"), **{"env.tasks": "10000:"}), policy=choice_policy)
+
+
+def test_multi_turn_generation_cache_is_released_before_the_update(tmp_path):
+    """The keys/values kept for the next turn's prompts are freed when the rollout ends (the update's
+    activations need the memory, and new weights make them stale), after the rollout has reused them."""
+    # SearchQA's search_r1 prompts keep the history verbatim (think_action prompts rewrite their opening)
+    trainer = Trainer(_config("stratagym/SearchQA-v0", {"max_turns": 3}, str(tmp_path / "run"), **{"policy.memory_k": 8}))
+    try:
+        cache = trainer.policy.backend.prefix_cache
+        seen = {}
+        update = trainer.update
+
+        def checked_update(batch):
+            seen["kept_at_update"] = bool(cache._sources)
+            return update(batch)
+
+        trainer.update = checked_update
+        trainer.train_step()
+        assert seen == {"kept_at_update": False}
+        assert cache.reused_tokens > 0  # the turns after the first reused the earlier ones
+    finally:
+        trainer.close()
