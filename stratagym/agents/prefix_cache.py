@@ -53,7 +53,7 @@ class PrefixCache:
 
     max_bytes = 2 << 30
 
-    def __init__(self, min_reuse: int = 8, max_share: float = 0.75):
+    def __init__(self, min_reuse: int = 8, max_share: float = 0.9):
         self.min_reuse = int(min_reuse)
         self.max_share = float(max_share)
         self._fingerprint: Optional[tuple] = None
