@@ -7,7 +7,9 @@ rewards + advantages + log-probs + loss + backward + optimizer step. Work is mat
 separate old log-probs (one update per batch: both use the detached current ones), both run a full
 reference forward, both sample every token of every completion. TRL additionally computes token
 entropies for its logs (inside its fused LM-head pass; no config turns it off); stratagym does not
-unless ``entropy_coef > 0``.
+unless ``entropy_coef > 0``. Completions that end with EOS before the others: transformers' ``generate``
+keeps running their rows on pad tokens, stratagym drops them from decoding once a quarter of the rows
+have ended (the same samples; most completions here run to the 64-token limit).
 
 By default the two are INTERLEAVED: one stratagym step runs right after each TRL step (outside TRL's
 timer), so both see the same machine load; per-step ratios are printed too. ``--sequential`` runs all
