@@ -39,7 +39,9 @@ def weights_fingerprint(model: torch.nn.Module) -> tuple:
     version counter catch replaced, moved and most in-place-modified weights; but fused optimizers
     (``AdamW(fused=True)``) and writes through ``.data`` do not bump the version counter, so each
     parameter's sum and L2 norm are part of it too (~1 ms per 3M parameters on one CPU core)."""
-    return tuple((id(p), p.data_ptr(), p._version, p.dtype, p.device, float(p.sum()), float(torch.linalg.vector_norm(p)))
+    # reduced in fp32 (no copy): a bf16 sum would round away a small update
+    return tuple((id(p), p.data_ptr(), p._version, p.dtype, p.device, float(p.sum(dtype=torch.float32)),
+                  float(torch.linalg.vector_norm(p, dtype=torch.float32)))
                  for p in model.parameters())
 
 

@@ -198,3 +198,14 @@ def test_dropping_finished_rows_changes_no_sample():
     # the dropped rows were kept for the next turn all the same: without their last token (sampled, never
     # run: the row left the decoder before it), which a row decoded to the end had run
     assert 0 < reused_b - 8 <= reused_a <= reused_b
+
+
+def test_fingerprint_sees_a_small_update_of_bf16_weights():
+    """A bf16 reduction would round a small update away; the fingerprint reduces in fp32."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(512, 512).to(torch.bfloat16).requires_grad_(False)
+    before, bf16_sum = weights_fingerprint(lin), float(lin.weight.sum())
+    lin.weight[0, 0] += 0.004
+    assert float(lin.weight.sum()) == bf16_sum  # what a bf16 sum would have seen: nothing
+    after = weights_fingerprint(lin)
+    assert [t[5:] for t in after] != [t[5:] for t in before]  # the fp32 sum and norm moved
