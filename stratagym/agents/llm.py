@@ -280,6 +280,14 @@ class LLMPolicy:
                 self._backend = OpenAIGenerator(**opts)
         return self._backend
 
+    def prompt_reuse_stats(self) -> Optional[tuple[int, int]]:
+        """(prompt tokens reused from the previous call, prompt tokens asked for) since this policy's
+        backend was built, or None without a prefix cache (another backend, or ``prefix_cache: false``)."""
+        cache = getattr(self._backend, "prefix_cache", None) if self.config.backend == "hf" else None
+        if cache is None and self.config.backend == "hf" and self.config.prefix_cache:
+            cache = self.backend.prefix_cache  # built lazily: build it now
+        return None if cache is None else (cache.reused_tokens, cache.prompt_tokens)
+
     def release_generation_cache(self) -> None:
         """Drop the keys/values the ``hf`` backend keeps for prefix reuse (the trainer calls this when a
         rollout ends: the next generation runs on new weights)."""

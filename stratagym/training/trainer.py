@@ -624,6 +624,8 @@ class Trainer:
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
+        reuse_stats = getattr(self.policy, "prompt_reuse_stats", None)
+        before = reuse_stats() if reuse_stats is not None else None
         batch = self.rollout()
         # keys/values kept for the next turn's prompts are of no use once the rollout is over (the update
         # changes the weights): free them before the update's activations need the memory
@@ -632,6 +634,10 @@ class Trainer:
             release()
         t1 = time.perf_counter()
         metrics = self._rollout_metrics(batch)
+        if before is not None:  # this process's share of prompt tokens the generator did not run again
+            after = reuse_stats()
+            asked = after[1] - before[1]
+            metrics["time/prompt_reuse"] = (after[0] - before[0]) / asked if asked else 0.0
         metrics.update(self.update(batch))
         t2 = time.perf_counter()
         self.step += 1

@@ -170,8 +170,10 @@ def test_multi_turn_generation_cache_is_released_before_the_update(tmp_path):
             return update(batch)
 
         trainer.update = checked_update
-        trainer.train_step()
+        metrics = trainer.train_step()
         assert seen == {"kept_at_update": False}
         assert cache.reused_tokens > 0  # the turns after the first reused the earlier ones
+        assert metrics["time/prompt_reuse"] == pytest.approx(cache.reused_tokens / cache.prompt_tokens)
+        assert 0 < metrics["time/prompt_reuse"] < 1
     finally:
         trainer.close()
