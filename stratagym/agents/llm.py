@@ -491,9 +491,14 @@ class LLMPolicy:
             labels = ids[:, L - T :]
             idx = ((T - rl)[:, None] + cols[None, :]).clamp(max=T - 1)  # right-aligned -> left-aligned
             logits = out.logits[:, :-1]
-        logits = logits.float()
-        temp = self.config.temperature
-        res = token_logprobs(logits, labels, temperature=temp, with_entropy=with_entropy, chunk_size=self.config.logprob_chunk)
+        return self._log_probs(payloads, logits, labels, mask, with_entropy, idx)
+
+    def _log_probs(self, payloads: Sequence[Any], logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                   with_entropy: bool, idx: Optional[torch.Tensor] = None) -> SequenceLogProbs:
+        """The scoring layouts' common end: temperature-scaled log-probs (and entropies) of ``labels`` under
+        ``logits``, re-ordered by ``idx`` (B, T) when given, zero where ``mask`` is off."""
+        res = token_logprobs(logits.float(), labels, temperature=self.config.temperature, with_entropy=with_entropy,
+                             chunk_size=self.config.logprob_chunk)
         lp, ent = (res if with_entropy else (res, None))
         if idx is not None:
             lp = lp.gather(1, idx)
@@ -501,9 +506,8 @@ class LLMPolicy:
         lp = lp.masked_fill(~mask, 0.0)
         if ent is not None:
             ent = ent.masked_fill(~mask, 0.0)
-        samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(device)
+        samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(mask.device)
         return SequenceLogProbs(lp, mask, ent, samp)
-
 
     def _score_in_hosts(self, payloads: Sequence[Any], with_entropy: bool, host_of: list[int], scorer: Any) -> SequenceLogProbs:
         """:meth:`_score` with every row read out of its host row's forward (:meth:`_history_hosts`): the
@@ -531,14 +535,7 @@ class LLMPolicy:
         logits = scorer.whole_rows(ids, keep, rows=rows)
         labels = ids[rows[:, None], keep + 1]
         mask = cols[None, :] < rlen.to(device)[:, None]
-        res = token_logprobs(logits.float(), labels, temperature=self.config.temperature, with_entropy=with_entropy,
-                             chunk_size=self.config.logprob_chunk)
-        lp, ent = (res if with_entropy else (res, None))
-        lp = lp.masked_fill(~mask, 0.0)
-        if ent is not None:
-            ent = ent.masked_fill(~mask, 0.0)
-        samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(device)
-        return SequenceLogProbs(lp, mask, ent, samp)
+        return self._log_probs(payloads, logits, labels, mask, with_entropy)
 
     def _score_shared(self, payloads: Sequence[Any], with_entropy: bool, prompts: list[torch.Tensor],
                       expand: list[int], scorer: Any = None) -> SequenceLogProbs:
@@ -588,14 +585,7 @@ class LLMPolicy:
                                 past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
         labels = suf[:, 1:].to(device)
         mask = cols[None, :] < rlen.to(device)[:, None]
-        res = token_logprobs(logits.float(), labels, temperature=self.config.temperature, with_entropy=with_entropy,
-                             chunk_size=self.config.logprob_chunk)
-        lp, ent = (res if with_entropy else (res, None))
-        lp = lp.masked_fill(~mask, 0.0)
-        if ent is not None:
-            ent = ent.masked_fill(~mask, 0.0)
-        samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(device)
-        return SequenceLogProbs(lp, mask, ent, samp)
+        return self._log_probs(payloads, logits, labels, mask, with_entropy)
 
 
 def _per_row_logits_to_keep() -> bool:
