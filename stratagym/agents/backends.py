@@ -288,16 +288,16 @@ class HFGenerator:
                 # rows never interact: finished rows still in the decoder keep decoding (ignored) samples
                 logits = step(tok if live_idx is None else tok[live_idx])
                 fed += 1
+            tok_mat = torch.stack(toks, 1).cpu() if toks else torch.zeros((B, 0), dtype=torch.long)
             if decoder is not None and self.prefix_cache is not None:
                 for k, i in enumerate(live):
                     sources[i] = (decoder.prefix_source(k, starts[i]), fed)
-                tok_mat_fed = torch.stack(toks, 1).cpu().tolist() if toks else [[] for _ in range(B)]
-                self.prefix_cache.record(model, [list(prompt_ids[i]) + tok_mat_fed[i][: n] for i, (_, n) in enumerate(sources)],
+                rows = tok_mat.tolist()
+                self.prefix_cache.record(model, [list(prompt_ids[i]) + rows[i][:n] for i, (_, n) in enumerate(sources)],
                                          [src for src, _ in sources])
         finally:
             if was_training:
                 model.train()
-        tok_mat = torch.stack(toks, 1).cpu() if toks else torch.zeros((B, 0), dtype=torch.long)
         lp_mat = torch.stack(lps, 1).float().cpu() if lps else torch.zeros((B, 0))
         results = []
         for i in range(B):

@@ -60,7 +60,6 @@ class PrefixCache:
         self.max_share = float(max_share)
         self._fingerprint: Optional[tuple] = None
         self._seqs = np.zeros((0, 0), dtype=np.int64)  # (R, Lmax) token ids, -1 past each row's length
-        self._lens = np.zeros(0, dtype=np.int64)
         self._sources: list[PrefixSource] = []
         self._call_fingerprint: Optional[tuple] = None
         #: tokens reused and prompt tokens asked for, over this object's life (for logs and tests)
@@ -69,7 +68,7 @@ class PrefixCache:
 
     def clear(self) -> None:
         self._fingerprint, self._call_fingerprint, self._sources = None, None, []
-        self._seqs, self._lens = np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        self._seqs = np.zeros((0, 0), dtype=np.int64)
 
     def lookup(self, model: torch.nn.Module, prompts: Sequence[Sequence[int]]) -> Optional[list[Optional[PrefixSource]]]:
         """For each prompt, a source of the keys/values of its longest known prefix (at most all but its
@@ -119,7 +118,7 @@ class PrefixCache:
         mat = np.full((len(seqs), Lmax), -1, dtype=np.int64)
         for i, seq in enumerate(seqs):
             mat[i, : len(seq)] = seq
-        self._seqs, self._lens = mat, np.asarray([len(s) for s in seqs], dtype=np.int64)
+        self._seqs = mat
         self._sources = list(sources)
         fp, self._call_fingerprint = self._call_fingerprint, None
         self._fingerprint = fp if fp is not None else weights_fingerprint(model)
