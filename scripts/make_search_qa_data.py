@@ -12,11 +12,15 @@ Writes ``data/search_qa/{corpus,train,test}.jsonl`` deterministically (same byte
   question template), ``supporting_titles`` / ``supporting_doc_ids`` (the gold passages in hop order)
   and ``oracle_queries`` (one search per hop that retrieves the gold passage).
 
+A second world from another seed, whose name tokens are disjoint from the first world's, is written to
+``unseen/corpus.jsonl`` and ``unseen/test_unseen.jsonl`` (500 questions, no train split): the SearchQA split
+``test_unseen``, which no model can answer from what the ``train`` questions showed it.
+
 Every name is made of invented syllables, so the answers cannot be guessed without searching. Each fact a
 question asks about is stated in exactly one passage. Usage::
 
-    python scripts/make_search_qa_data.py            # writes data/search_qa/
-    python scripts/make_search_qa_data.py --out DIR --seed 7
+    python scripts/make_search_qa_data.py            # writes data/search_qa/ (both worlds)
+    python scripts/make_search_qa_data.py --out DIR --seed 7 --unseen-seed 8
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ INVENTION_NOUNS = ["loom", "orrery", "water clock", "lantern", "compass", "print
 GUILD_KINDS = ["Guild", "Order", "Brotherhood", "Society", "League", "Circle"]
 EVENT_KINDS = ["festival", "flood", "treaty", "fair", "siege", "council", "eclipse", "tournament"]
 HOP_LIMITS = {1: 0.40, 2: 0.34, 3: 0.26}  # share of each split per hop count
+UNSEEN_SEED = 70913  # the unseen-world split's world
+UNSEEN_SPLIT = "test_unseen"
+UNSEEN_ID_PREFIX = "u"
+UNSEEN_DATA_SOURCE = "stratagym_world_unseen"
 
 
 @dataclass
@@ -56,11 +64,15 @@ class Entity:
 
 
 class NameMaker:
-    """Unique pronounceable invented names; no two entities share a name token."""
+    """Unique pronounceable invented names; no two entities share a name token.
 
-    def __init__(self, rng: random.Random):
+    ``reserved`` holds name tokens (lowercase) of another world that this one must never use: the
+    unseen-world split is only unseen if none of its names occurs in the world training showed.
+    """
+
+    def __init__(self, rng: random.Random, reserved: set[str] | frozenset[str] = frozenset()):
         self.rng = rng
-        self.used: set[str] = set()
+        self.used: set[str] = set(reserved)
 
     def word(self, syllables: tuple[int, int] = (2, 3)) -> str:
         for _ in range(10_000):
@@ -73,8 +85,8 @@ class NameMaker:
         raise RuntimeError("ran out of names")
 
 
-def build_world(rng: random.Random, scale: float = 1.0) -> dict[str, list[Entity]]:
-    names = NameMaker(rng)
+def build_world(rng: random.Random, scale: float = 1.0, names: NameMaker | None = None) -> dict[str, list[Entity]]:
+    names = names if names is not None else NameMaker(rng)
     n = lambda x: max(2, int(round(x * scale)))  # noqa: E731
     mountains = [Entity("mountain", f"{names.word()} Mountains") for _ in range(n(20))]
     rivers = [Entity("river", f"{names.word()} River", {"mountains": rng.choice(mountains)}) for _ in range(n(45))]
@@ -122,11 +134,13 @@ def surname(p: Entity) -> str:
     return p.name.split()[-1]
 
 
-def write_passages(world: dict[str, list[Entity]], rng: random.Random) -> list[dict]:
+def write_passages(world: dict[str, list[Entity]], rng: random.Random, id_prefix: str = "") -> list[dict]:
+    """The corpus; ``id_prefix`` keeps the ids of a second world's corpus apart from the first's (an overlap
+    audit compares supporting passages by id)."""
     docs: list[dict] = []
 
     def add(e: Entity | None, title: str, text: str) -> None:
-        doc_id = str(len(docs))
+        doc_id = f"{id_prefix}{len(docs)}"
         docs.append({"id": doc_id, "contents": f'"{title}"\n{text}'})
         if e is not None:
             e.doc_ids.append(doc_id)
@@ -269,8 +283,10 @@ def query_for(e: Entity, rel: str) -> str:
     return f"{name} {words}"
 
 
-def split_questions(qs: list[dict], rng: random.Random, n_test: int, n_train: int) -> tuple[list[dict], list[dict]]:
-    """Stratified by hop count; test and train never share a question."""
+def split_questions(qs: list[dict], rng: random.Random, n_test: int, n_train: int,
+                    test_name: str = "test") -> tuple[list[dict], list[dict]]:
+    """Stratified by hop count; test and train never share a question. ``test_name`` names the test split
+    (in ids and ``metadata.split``)."""
     by_hops: dict[int, list[dict]] = {1: [], 2: [], 3: []}
     for item in qs:
         by_hops[item["metadata"]["hops"]].append(item)
@@ -284,7 +300,7 @@ def split_questions(qs: list[dict], rng: random.Random, n_test: int, n_train: in
         train.extend(pool[nt : nt + nr])
     rng.shuffle(test)
     rng.shuffle(train)
-    for split, items in (("test", test), ("train", train)):
+    for split, items in ((test_name, test), ("train", train)):
         for i, item in enumerate(items):
             item["id"] = f"sqa-{split}-{i:05d}"
             item["data_source"] = DATA_SOURCE
@@ -317,14 +333,65 @@ def generate(out: Path, seed: int = 20251, n_test: int = 500, n_train: int = 250
     return {"passages": len(docs), "train": len(train), "test": len(test)}
 
 
+#: Words of entity names that are not invented ("Guild of X", "X River", "The X loom").
+FIXED_NAME_WORDS = frozenset({"of", "river", "mountains"} | {k.lower() for k in GUILD_KINDS}
+                             | {w for noun in INVENTION_NOUNS for w in noun.split()})
+
+
+def name_tokens(world: dict[str, list[Entity]]) -> set[str]:
+    """The invented tokens (lowercase) of every entity name in ``world``."""
+    return {w.lower() for ents in world.values() for e in ents for w in e.name.split()} - FIXED_NAME_WORDS
+
+
+def world_names(seed: int = 20251, scale: float = 1.0) -> set[str]:
+    """Every invented name token (lowercase) of the world ``generate(seed=seed, scale=scale)`` writes."""
+    rng = random.Random(seed)
+    names = NameMaker(rng)
+    build_world(rng, scale, names)
+    return set(names.used)
+
+
+def generate_unseen(out: Path, seed: int = UNSEEN_SEED, n_test: int = 500, *, base_seed: int = 20251,
+                    scale: float = 1.0) -> dict[str, int]:
+    """Write the unseen world: ``out/unseen/corpus.jsonl`` and ``out/unseen/test_unseen.jsonl``.
+
+    A second world from another seed whose name tokens are disjoint from the base world's (the world
+    ``train`` and ``test`` come from), so nothing a model learned about the base world's entities answers
+    any of its questions: the split measures searching and reading, not memory. Its passage ids carry the
+    prefix ``u`` and its question ids ``sqa-test_unseen-``, so neither collides with the base world's.
+    It has no train split: it exists only to be evaluated on.
+    """
+    reserved = world_names(base_seed, scale)
+    rng = random.Random(seed)
+    names = NameMaker(rng, reserved)
+    world = build_world(rng, scale, names)
+    docs = write_passages(world, rng, id_prefix=UNSEEN_ID_PREFIX)
+    qs = make_questions(world)
+    _, test = split_questions(qs, rng, n_test, 0, test_name=UNSEEN_SPLIT)
+    for item in test:
+        item["data_source"] = UNSEEN_DATA_SOURCE
+    shared = name_tokens(world) & reserved
+    if shared:  # cannot happen (reserved names are never drawn); a guard against a future edit
+        raise RuntimeError(f"the unseen world reuses base-world names: {sorted(shared)[:5]}")
+    keys = ("id", "question", "golden_answers", "data_source", "metadata")
+    _write_jsonl(out / "unseen" / "corpus.jsonl", docs)
+    _write_jsonl(out / "unseen" / f"{UNSEEN_SPLIT}.jsonl", test, keys)
+    return {"unseen_passages": len(docs), UNSEEN_SPLIT: len(test)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "data" / "search_qa")
     ap.add_argument("--seed", type=int, default=20251)
     ap.add_argument("--test", type=int, default=500)
     ap.add_argument("--train", type=int, default=2500)
+    ap.add_argument("--unseen-seed", type=int, default=UNSEEN_SEED, help="seed of the unseen-world split")
+    ap.add_argument("--unseen-test", type=int, default=500, help="questions in the unseen-world split (0: skip it)")
     args = ap.parse_args()
-    print(json.dumps(generate(args.out, args.seed, args.test, args.train)))
+    sizes = generate(args.out, args.seed, args.test, args.train)
+    if args.unseen_test:
+        sizes.update(generate_unseen(args.out, args.unseen_seed, args.unseen_test, base_seed=args.seed))
+    print(json.dumps(sizes))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import numpy as np
 
 from stratagym.envs import core
 from stratagym.envs.core import ConfigError, ContextTracker, StepResult, TextEnv, sanitize_action, stable_hash
-from stratagym.envs.search_qa.data import QAExample, load_qa
+from stratagym.envs.search_qa.data import BUNDLED_CORPUS, QAExample, bundled_corpus, load_qa
 from stratagym.envs.search_qa.index import make_retriever
 from stratagym.envs.search_qa.protocol import (
     INVALID_ACTION_MESSAGE,
@@ -58,7 +58,8 @@ class SearchQAEnv(TextEnv):
     Keyword arguments (all optional; ``gym.make("stratagym/SearchQA-v0", **kwargs)``):
 
     * ``dataset`` -- ``"bundled"``, a FlashRAG ``.jsonl`` / Search-R1 ``.parquet`` file or a directory of splits;
-    * ``split`` -- ``"train"`` (default) or ``"test"`` for the bundled data;
+    * ``split`` -- ``"train"`` (default), ``"test"`` or ``"test_unseen"`` (a second invented world with its
+      own corpus, picked automatically) for the bundled data;
     * ``retriever`` -- ``"bm25s"`` (default), ``"pyserini"``, ``"dense"``, ``"remote"`` or a :class:`Retriever`;
     * ``corpus`` / ``index`` -- the passages (default bundled) and a prebuilt index directory;
     * ``retrieval_urls`` -- Search-R1-compatible servers (round robin, retries with backoff);
@@ -117,6 +118,11 @@ class SearchQAEnv(TextEnv):
         self._examples = load_qa(dataset, split)
         self._by_id = {ex.id: ex for ex in self._examples}
         self._ids = tuple(ex.id for ex in self._examples)
+        if corpus is None and self.dataset == "bundled" and bundled_corpus(self.split) != BUNDLED_CORPUS:
+            # a bundled split over its own world (test_unseen): its corpus, so the split name is enough; an
+            # ``index`` built from another corpus is refused by the fingerprint check in load_index
+            corpus = str(bundled_corpus(self.split))
+        self.corpus = corpus
         self.retriever = make_retriever(
             retriever, corpus=corpus, index=index, urls=retrieval_urls, dense_model=dense_model,
             faiss_kind=faiss_kind, timeout=retrieval_timeout, retries=retrieval_retries,

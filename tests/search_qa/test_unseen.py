@@ -1,0 +1,126 @@
+"""The unseen-world split ``test_unseen``: a second generated world, disjoint names, its own corpus."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import stratagym  # noqa: F401  (registers the envs)
+from stratagym.envs.core import ConfigError
+from stratagym.envs.search_qa.data import BUNDLED_CORPUS, BUNDLED_DIR, bundled_corpus, load_corpus, load_qa
+
+REPO = Path(__file__).resolve().parents[2]
+#: Words that appear in titles of both worlds because the templates write them, not the name maker.
+TEMPLATE_WORDS = {"The", "River", "Mountains", "of", "Guild", "Order", "Brotherhood", "Society", "League", "Circle",
+                  "Festival", "Flood", "Treaty", "Fair", "Siege", "Council", "Eclipse", "Tournament",
+                  "loom", "orrery", "water", "clock", "lantern", "compass", "printing", "press", "windmill", "kiln",
+                  "telescope", "bellows", "sextant", "pump", "plough", "hourglass", "crane", "sundial"}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_search_qa_data", REPO / "scripts" / "make_search_qa_data.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["make_search_qa_data"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _title_words(corpus) -> set[str]:
+    return {w for t in corpus.titles() for w in re.findall(r"[A-Za-z]+", t)}
+
+
+def test_unseen_split_shape_and_its_own_corpus():
+    unseen = load_qa("bundled", "test_unseen")
+    corpus = load_corpus(bundled_corpus("test_unseen"))
+    assert bundled_corpus("test_unseen") == BUNDLED_DIR / "unseen" / "corpus.jsonl" != BUNDLED_CORPUS
+    assert bundled_corpus("test") == bundled_corpus("train") == BUNDLED_CORPUS
+    assert len(unseen) == 500 and 2000 <= len(corpus) <= 5000
+    assert {q.split for q in unseen} == {"test_unseen"} and all(q.id.startswith("sqa-test_unseen-") for q in unseen)
+    assert all(i.startswith("u") for i in corpus.ids)  # never the same id as a passage of the first world
+    titles = dict(zip(corpus.ids, corpus.titles()))
+    for q in unseen:
+        meta = q.metadata
+        assert [titles[d] for d in meta["supporting_doc_ids"]] == meta["supporting_titles"]
+        last = corpus.contents[corpus.ids.index(meta["supporting_doc_ids"][-1])]
+        assert any(a in last for a in q.golden_answers)
+
+
+def test_unseen_world_shares_no_invented_name_with_the_first():
+    main_words = _title_words(load_corpus("bundled"))
+    unseen_words = _title_words(load_corpus(bundled_corpus("test_unseen")))
+    shared = main_words & unseen_words
+    # only the templates' own words; years in event titles are digits, not words
+    assert shared <= TEMPLATE_WORDS, sorted(shared - TEMPLATE_WORDS)[:10]
+    assert len(unseen_words - TEMPLATE_WORDS) > 1000  # the check compares real name sets
+    # and no unseen gold answer made of letters is a name of the first world
+    train_answers = {a for q in load_qa("bundled", "train") for a in q.golden_answers}
+    unseen_answers = {a for q in load_qa("bundled", "test_unseen") for a in q.golden_answers if not a.isdigit()}
+    assert not train_answers & unseen_answers
+
+
+def test_generator_reserves_the_first_worlds_names(tmp_path):
+    mod = _generator()
+    base = mod.world_names(20251)
+    assert "kubae" in base or len(base) > 1000
+    sizes = mod.generate_unseen(tmp_path, n_test=500)
+    assert sizes == {"unseen_passages": 2791, "test_unseen": 500}
+    for name in ("corpus.jsonl", "test_unseen.jsonl"):  # the committed files are the generator's output
+        assert (tmp_path / "unseen" / name).read_bytes() == (BUNDLED_DIR / "unseen" / name).read_bytes(), name
+    # a name maker with reserved names never draws one of them
+    import random
+
+    reserved = {f"name{i}" for i in range(5)} | base
+    maker = mod.NameMaker(random.Random(1), reserved)
+    drawn = {maker.word().lower() for _ in range(500)}
+    assert not drawn & reserved
+
+
+def test_env_switches_corpus_with_the_split():
+    env = gym.make("stratagym/SearchQA-v0", split="test_unseen")
+    test_env = gym.make("stratagym/SearchQA-v0", split="test")
+    try:
+        u, t = env.unwrapped, test_env.unwrapped
+        assert u.retriever is not t.retriever  # two corpora, two indexes (keyed by corpus fingerprint)
+        assert len(u.retriever.corpus) == len(load_corpus(bundled_corpus("test_unseen")))
+        ex = u.example(u.task_ids()[0])
+        obs, info = env.reset(options={"task_id": ex.id})
+        assert info["split"] == "test_unseen"
+        obs, *_ = env.step(f"<search> {ex.oracle_queries[0]} </search>")
+        assert ex.metadata["supporting_titles"][0] in obs
+        # the same query against the first world's corpus finds nothing of that entity
+        test_env.reset(options={"task_id": t.task_ids()[0]})
+        obs_t, *_ = test_env.step(f"<search> {ex.oracle_queries[0]} </search>")
+        assert ex.metadata["supporting_titles"][0] not in obs_t
+    finally:
+        env.close()
+        test_env.close()
+
+
+def test_oracle_scores_one_on_test_unseen():
+    from stratagym.eval.harness import EvalConfig, evaluate
+
+    record = evaluate(EvalConfig(agent="scripted:oracle", env_id="stratagym/SearchQA-v0", split="test_unseen",
+                                 seeds=[0], batch_size=64), out=None, progress=False)
+    assert record["split"] == "test_unseen" and record["n_episodes"] == 500
+    assert record["metrics"]["em"]["value"] == 1.0
+
+
+def test_index_of_another_corpus_is_refused_for_test_unseen(tmp_path):
+    from stratagym.envs.search_qa.index import build_index
+    from stratagym.envs.search_qa.env import SearchQAEnv
+
+    index = build_index("bundled", tmp_path / "main-bm25s", "bm25s")
+    with pytest.raises(ConfigError, match="corpus mismatch"):
+        SearchQAEnv(split="test_unseen", index=str(index))
+
+
+def test_demonstrations_from_test_unseen_are_refused():
+    from stratagym.training.demos import collect_demos
+
+    with pytest.raises(ConfigError, match="train split"):
+        collect_demos("stratagym/SearchQA-v0", "scripted:oracle", split="test_unseen", n=2)
