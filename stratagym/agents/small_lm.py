@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -192,30 +190,9 @@ def save_model_atomic(out_dir: str | os.PathLike[str], write: Any) -> Path:
     """Run ``write(tmp_folder)`` and move the folder to ``out_dir`` only once it completed.
 
     A failure while writing (a full disk, a kill) leaves the previous ``out_dir`` as it was: the old
-    folder is renamed aside, the new one renamed in, and only then is the old one removed.
+    folder is renamed aside, the new one renamed in, and only then is the old one removed
+    (:func:`stratagym.atomic.publish_dir`).
     """
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary shared folder
-    try:
-        write(tmp)
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                with open(p, "rb") as fh:
-                    os.fsync(fh.fileno())
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    from stratagym.atomic import publish_dir
+
+    return publish_dir(out_dir, write)
