@@ -15,6 +15,10 @@ metric                     how
 ``success/<task_type>``    success per task type where episodes carry ``task_type`` (ALFWorld)
 ``success_in_distribution``  success on in-distribution splits (ALFWorld ``valid_seen``) and
 ``success_out_of_distribution``  out-of-distribution ones (``valid_unseen``)
+``overlap``                share of episodes whose task overlaps the train split (QA: answer, supporting
+                           passages or a near-duplicate question; the env's boolean ``overlap`` info key)
+``em/overlap``,            the primary metric (``em``, else ``success``) on the overlapping episodes and
+``em/no_overlap``          on the others, where episodes carry ``overlap`` (Wilson)
 ``search_count``           mean search calls per episode (+ its distribution)
 ``turns``                  mean turns per episode (+ its distribution)
 ``valid_ratio``            mean share of valid actions per episode
@@ -161,6 +165,16 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
             by_dist["out_of_distribution"].append(won)
     for t, flags in sorted(by_type.items()):
         m[f"success/{t}"] = proportion(flags)
+    # The primary metric on the episodes whose task training could have answered from memory and on the
+    # rest, where every episode carries the env's boolean ``overlap`` flag (QA train/test overlap).
+    flags_ov = [r["extra"].get("overlap") for r in rows]
+    if flags_ov and all(isinstance(v, bool) for v in flags_ov):
+        key = "em" if rules.primary_metric == "em" else "success"
+        for part, want in (("overlap", True), ("no_overlap", False)):
+            sub = [r for r, v in zip(rows, flags_ov) if v is want]
+            if sub:
+                m[f"{key}/{part}"] = (proportion(float(r["extra"].get("em", r.get("won", False))) >= 0.5 for r in sub)
+                                      if key == "em" else proportion(_won(r, rules) for r in sub))
     for d, flags in sorted(by_dist.items()):
         m[f"success_{d}"] = proportion(flags)
 

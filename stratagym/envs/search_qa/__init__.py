@@ -16,7 +16,7 @@ ENV_SPECS = [
         tools=("search",),
         prompt_template="search_r1",
         primary_metric="em",
-        record_info_keys=("f1", "em", "substring_em", "answer"),
+        record_info_keys=("f1", "em", "substring_em", "answer", "overlap"),
         agents={
             "oracle": "stratagym.envs.search_qa.agents:OracleAgent",
             "no_search": "stratagym.envs.search_qa.agents:NoSearchAgent",

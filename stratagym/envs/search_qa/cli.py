@@ -1,4 +1,5 @@
-"""CLI: ``stratagym index build|info|import-search-r1`` and ``stratagym serve retrieval``. Heavy imports stay
+"""CLI: ``stratagym index build|info|import-search-r1``, ``stratagym serve retrieval`` and ``stratagym envs
+audit`` (train/test overlap of a QA dataset). Heavy imports stay
 inside commands. A ``ConfigError`` (bad backend, missing file, mismatched index) is not caught here: the one
 error boundary, :func:`stratagym.cli.main`, prints it and exits with code 2."""
 
@@ -20,6 +21,44 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     index_app.command("info")(index_info)
     index_app.command("import-search-r1")(index_import_search_r1)
     groups["serve"].command("retrieval")(serve_retrieval)
+    groups["envs"].command("audit")(envs_audit)
+
+
+def envs_audit(
+    dataset: str = typer.Argument("bundled", help="'bundled', a directory of {split}.jsonl/.parquet files, or one "
+                                  "eval split file with its train file beside it (FlashRAG jsonl, Search-R1 parquet)."),
+    split: list[str] = typer.Option([], "--split", help="Eval split(s) to audit (repeatable); default: every split "
+                                    "but the train split."),
+    train_split: str = typer.Option("train", "--train-split", help="The split the eval splits are compared with."),
+    threshold: float = typer.Option(0.8, "--threshold", min=0.0, max=1.0,
+                                    help="IDF-weighted token-set Jaccard at or above which two questions are near-duplicates."),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON instead of a table."),
+) -> None:
+    """Train/test overlap of a QA dataset: per eval split, the share of questions whose gold answer is a
+    train answer, whose supporting passages all support train questions, and that near-duplicate a train
+    question (see stratagym.envs.search_qa.overlap), and of those overlapping in any of the three ways."""
+    import json
+
+    from rich.console import Console
+
+    from stratagym.display import print_table
+    from stratagym.envs.search_qa.overlap import audit_dataset
+
+    if threshold <= 0:
+        raise typer.BadParameter("--threshold must be > 0")
+    results = audit_dataset(dataset, split or None, train_split=train_split, threshold=threshold)
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
+        return
+
+    def share(k: int, n: int) -> str:
+        return f"{k}/{n} ({k / n:.1%})" if n else "n/a"
+
+    rows = [[r.split, str(r.n), share(r.answer, r.n), share(r.passages, r.passages_known), share(r.question, r.n),
+             share(r.any, r.n)] for r in results]
+    print_table(Console(), f"train/test overlap of {dataset} (against split {train_split!r})",
+                ["split", "questions", "answer in train", "passages all in train", "near-dup question",
+                 "any overlap"], rows)
 
 
 def _print_manifest(path: Path, headline: str) -> None:

@@ -28,6 +28,7 @@ from stratagym.envs import core
 from stratagym.envs.core import ConfigError, ContextTracker, StepResult, TextEnv, sanitize_action, stable_hash
 from stratagym.envs.search_qa.data import BUNDLED_CORPUS, QAExample, bundled_corpus, load_qa
 from stratagym.envs.search_qa.index import make_retriever
+from stratagym.envs.search_qa.overlap import episode_overlap
 from stratagym.envs.search_qa.protocol import (
     INVALID_ACTION_MESSAGE,
     PROMPT_TEMPLATE,
@@ -129,6 +130,10 @@ class SearchQAEnv(TextEnv):
         )
         # Shared in-process retrievers belong to the process; a client built for this env belongs to it.
         self._owns_retriever = getattr(self.retriever, "backend", "") == "remote" and not isinstance(retriever, Retriever)
+        # which questions training could have answered from memory (answer, passages or a near-duplicate
+        # question shared with the train split): the final info's ``overlap``; None for a train split or
+        # a dataset without one
+        self._overlap = episode_overlap(self.dataset, self.split)
         self._example: QAExample | None = None
         cls = type(self)
         self._fused = all(getattr(cls, name) is getattr(SearchQAEnv, name) for name in _FUSED)
@@ -222,13 +227,16 @@ class SearchQAEnv(TextEnv):
 
     def _final_scores(self, answer: str | None) -> dict[str, Any]:
         gold = list(self._example.golden_answers) if self._example else []
-        return {
+        scores = {
             "answer": answer,
             "em": exact_match(answer, gold),
             "f1": f1(answer, gold),
             "substring_em": substring_match(answer, gold),
             "golden_answers": gold,
         }
+        if self._overlap is not None and self._example is not None:
+            scores["overlap"] = self._overlap.get(self._example.id, False)
+        return scores
 
     def _invalid(self, problem: str) -> StepResult:
         info: dict[str, Any] = {"invalid_reason": problem}
