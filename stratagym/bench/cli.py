@@ -77,18 +77,26 @@ def print_summary(console: Any, records: list[dict[str, Any]], title: str) -> No
     from stratagym.eval.aggregate import primary_metric
 
     rows = []
+    parts = False
     for r in records:
         pm = primary_metric(r["env"]["id"])
         if pm not in r["metrics"]:
             pm = "success"
         m = r["metrics"][pm]
         spread = r.get("across_seeds", {}).get(pm)
+        # the metric on tasks that overlap the train split (answerable from memory) and on the rest
+        ov, no = r["metrics"].get(f"{pm}/overlap"), r["metrics"].get(f"{pm}/no_overlap")
+        parts = parts or bool(ov or no)
         rows.append([
             r["agent"]["label"], r["env"]["id"].split("/")[-1], r["split"], str(r["n_episodes"]), pm,
             f"{m['value']:.4g}", f"[{m['ci_low']:.3g}, {m['ci_high']:.3g}]",
             f"{spread['std']:.3g} ({spread['n_seeds']})" if spread else "-",
+            " / ".join(f"{x['value']:.3g} (n={x['n']})" if x else "-" for x in (ov, no)),
         ])
-    print_table(console, title, ["agent", "env", "split", "episodes", "metric", "value", "95% CI", "seed std"], rows)
+    columns = ["agent", "env", "split", "episodes", "metric", "value", "95% CI", "seed std", "overlap / no overlap"]
+    if not parts:  # no env here reports train/test overlap
+        columns, rows = columns[:-1], [row[:-1] for row in rows]
+    print_table(console, title, columns, rows)
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -99,7 +107,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         agent: str = typer.Argument(..., help="scripted:<name> | checkpoint folder | hf:<model> | openai:<model>@<url>"),
         env: list[str] = typer.Option([], "--env", "-e", help="Env id (repeatable). Or use --suite."),
         suite: Optional[Path] = typer.Option(None, "--suite", help="Evaluate every env of a suite YAML."),
-        split: Optional[str] = typer.Option(None, help="Split (default: the env's default / the suite's)."),
+        split: list[str] = typer.Option([], "--split", help="Split (repeatable: each env is evaluated on each, e.g. "
+                                        "--split test --split test_unseen; default: the env's default / the suite's)."),
         n: Optional[int] = typer.Option(None, "--n", "-n", help="Number of tasks (the first n of the split; default all)."),
         seeds: Optional[str] = typer.Option(None, help="Seeds: 0,1,2 or 0-4; each task is played once per seed (default 0, or the suite's)."),
         batch_size: int = typer.Option(8, "--batch-size", "-b", help="Envs played in parallel (one batched act per turn)."),
@@ -136,8 +145,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             else:
                 raise typer.BadParameter("give --env ENV_ID (repeatable) or --suite SUITE.yaml")
             records = []
-            for e in entries:
-                sp = split or e.split
+            for e, sp in [(e, sp) for e in entries for sp in (split or [e.split])]:
                 n_tasks = n if n is not None else e.n
                 target = out
                 name = default_out(label or spec.label, e.env, sp, n_tasks, seed_list).name

@@ -2,7 +2,8 @@
 
 One table per (env, split), rows in rank order of the env's primary metric (WebShop score, ALFWorld
 success, QA EM, else success), each cell ``value [95% CI]``, with the across-seed std, sample size and
-seeds. Plots (matplotlib, Agg backend, PNG): per board the primary metric with CI error bars, and per
+seeds; before an env's tables, where it has results on several splits (SearchQA ``test`` and
+``test_unseen``), one table with each agent's primary metric per split side by side. Plots (matplotlib, Agg backend, PNG): per board the primary metric with CI error bars, and per
 env the training curves of bench runs (records whose ``training.curve`` lists ``{step, reward}``).
 
 The HTML page is self-contained (inline CSS and vanilla JS, no network): clicking a column header sorts
@@ -23,11 +24,13 @@ from stratagym.atomic import atomic_write
 from stratagym.paths import slug
 from stratagym.eval.aggregate import higher_is_better, primary_metric
 
-__all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable"]
+__all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison",
+           "split_comparisons"]
 
 #: Metrics shown next to the primary one when present (in this order).
-SECONDARY = ("success", "webshop_score", "score", "em", "f1", "substring_em", "success_in_distribution",
-             "success_out_of_distribution", "search_count", "turns", "valid_ratio")
+SECONDARY = ("success", "webshop_score", "score", "em", "f1", "substring_em", "overlap", "em/overlap", "em/no_overlap",
+             "success/overlap", "success/no_overlap", "success_in_distribution", "success_out_of_distribution",
+             "search_count", "turns", "valid_ratio")
 
 
 class BoardTable:
@@ -53,9 +56,12 @@ def board_tables(lb: Any) -> list[BoardTable]:
             metric = "success"
             ranked = lb.ranking(env, split, metric)
         wide = lb.dataframe(env, split).set_index("id")
-        sources = {rec.get("record_id"): str((rec.get("env") or {}).get("data_source") or "") for rec in lb.records(env, split)}
+        recs = lb.records(env, split)
+        sources = {rec.get("record_id"): str((rec.get("env") or {}).get("data_source") or "") for rec in recs}
+        agent_hashes = {rec.get("record_id"): str((rec.get("agent") or {}).get("content_hash") or "") for rec in recs}
         present = [m for m in SECONDARY if m != metric and m in wide.columns]
-        per_type = sorted(c for c in wide.columns if c.startswith("success/") and not c.endswith(("_ci_low", "_ci_high", "_seed_std")))
+        per_type = sorted(c for c in wide.columns if c.startswith("success/") and c not in SECONDARY
+                          and not c.endswith(("_ci_low", "_ci_high", "_seed_std")))
         extra = present + per_type
         rows = []
         for _, r in ranked.iterrows():
@@ -71,6 +77,7 @@ def board_tables(lb: Any) -> list[BoardTable]:
                 "created": str(r["created"])[:10],
                 "record_id": str(r["record_id"])[:12],
                 "data": sources.get(str(r["record_id"]), ""),
+                "agent_hash": agent_hashes.get(str(r["record_id"]), ""),
                 "extra": {},
             }
             for m in extra:
@@ -80,6 +87,48 @@ def board_tables(lb: Any) -> list[BoardTable]:
             rows.append(row)
         tables.append(BoardTable(env, split, metric, extra, rows))
     return tables
+
+
+class SplitComparison:
+    """One env's primary metric per split, one row per agent, so e.g. SearchQA's ``test`` and
+    ``test_unseen`` (the unseen world) sit side by side: a model that learned to search scores alike on
+    both, one that memorised the training world does not.
+
+    An agent is its label, algorithm and content hash; where it has several results on a split, the one
+    with the most episodes is shown (the first in rank order among equals)."""
+
+    def __init__(self, env: str, metric: str, splits: list[str], rows: list[dict[str, Any]]):
+        self.env, self.metric, self.splits, self.rows = env, metric, splits, rows
+
+    @property
+    def slug(self) -> str:
+        return slug(f"{self.env}-splits")
+
+
+def split_comparisons(tables: Sequence[BoardTable]) -> dict[str, SplitComparison]:
+    """env -> :class:`SplitComparison` for every env with boards on two or more splits (same metric)."""
+    by_env: dict[str, list[BoardTable]] = defaultdict(list)
+    for t in tables:
+        by_env[t.env].append(t)
+    out = {}
+    for env, ts in by_env.items():
+        metric = ts[0].metric
+        ts = [t for t in ts if t.metric == metric]
+        if len(ts) < 2:
+            continue
+        rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for t in ts:
+            for r in t.rows:
+                key = (r["agent"], r["algorithm"], r.get("agent_hash", ""))
+                row = rows.setdefault(key, {"agent": r["agent"], "algorithm": r["algorithm"], "cells": {}})
+                old = row["cells"].get(t.split)
+                if old is None or r["n"] > old[1]:
+                    row["cells"][t.split] = (r["metric"], r["n"])
+        first = ts[0].split
+        ordered = sorted(rows.values(), key=lambda r: (-(r["cells"][first][0][0] if first in r["cells"] else -math.inf),
+                                                       r["agent"]))
+        out[env] = SplitComparison(env, metric, [t.split for t in ts], ordered)
+    return out
 
 
 def _fmt(v: float) -> str:
@@ -126,7 +175,10 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
            "episodes (tasks x seeds). Rows are in rank order of the primary metric.", ""]
     if not tables:
         out += ["_No results yet: run `stratagym bench` or `stratagym eval ... --submit`._", ""]
-    for t in tables:
+    comparisons = split_comparisons(tables)
+    for i, t in enumerate(tables):
+        if t.env in comparisons and (i == 0 or tables[i - 1].env != t.env):
+            out += _md_comparison(comparisons[t.env])
         direction = "higher is better" if higher_is_better(t.metric) else "lower is better"
         out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`", "", f"Ranked by **{_md_escape(t.metric)}** ({direction}).", ""]
         data_col = ["data"] if t.show_data else []
@@ -145,6 +197,38 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
     for p in plots.get("_training", []):
         out += [f"![training curves]({p})", ""]
     return "\n".join(out)
+
+
+def _md_comparison(c: SplitComparison) -> list[str]:
+    out = [f"## {_md_escape(c.env)} — splits side by side", "",
+           f"**{_md_escape(c.metric)}** per split (`n` episodes); the per-split boards follow.", ""]
+    head = ["agent", "algorithm", *[f"{s} {c.metric}" for s in c.splits], *[f"{s} n" for s in c.splits]]
+    out.append("| " + " | ".join(_md_escape(h) for h in head) + " |")
+    out.append("|" + "|".join("---" for _ in head) + "|")
+    for r in c.rows:
+        cells = [_md_escape(r["agent"]), _md_escape(r["algorithm"] or "-"),
+                 *[_cell(r["cells"][s][0]) if s in r["cells"] else "-" for s in c.splits],
+                 *[str(r["cells"][s][1]) if s in r["cells"] else "-" for s in c.splits]]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _html_comparison(c: SplitComparison) -> list[str]:
+    e = html.escape
+    parts = [f'<h2 id="h-{e(c.slug)}">{e(c.env)} — splits side by side</h2>',
+             f"<p><b>{e(c.metric)}</b> per split (n episodes); the per-split boards follow.</p>",
+             f'<table class="sortable splits" id="splits-{e(c.slug)}" data-env="{e(c.env)}"><thead><tr>']
+    heads = [("agent", "t"), ("algorithm", "t"), *[(f"{s} {c.metric}", "") for s in c.splits], *[(f"{s} n", "") for s in c.splits]]
+    parts.append("".join(f'<th class="{cls}">{e(h)}</th>' for h, cls in heads))
+    parts.append("</tr></thead><tbody>")
+    for r in c.rows:
+        cells = [(r["agent"], "", "t agent"), (r["algorithm"] or "-", "", "t"),
+                 *[(_cell(r["cells"][s][0]), repr(r["cells"][s][0][0]), "") if s in r["cells"] else ("-", "", "")
+                   for s in c.splits],
+                 *[(str(r["cells"][s][1]), str(r["cells"][s][1]), "") if s in r["cells"] else ("-", "", "") for s in c.splits]]
+        parts.append("<tr>" + "".join(f'<td class="{cls}" data-sort="{e(v2)}">{e(v)}</td>' for v, v2, cls in cells) + "</tr>")
+    parts.append("</tbody></table>")
+    return parts
 
 
 _CSS = """
@@ -190,7 +274,10 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
     ]
     if not tables:
         parts.append("<p>No results yet.</p>")
-    for t in tables:
+    comparisons = split_comparisons(tables)
+    for i, t in enumerate(tables):
+        if t.env in comparisons and (i == 0 or tables[i - 1].env != t.env):
+            parts += _html_comparison(comparisons[t.env])
         parts.append(f'<h2 id="h-{e(t.slug)}">{e(t.env)} — split <code>{e(t.split)}</code></h2>')
         parts.append(f"<p>Ranked by <b>{e(t.metric)}</b>.</p>")
         parts.append(f'<table class="sortable board" id="board-{e(t.slug)}" data-env="{e(t.env)}" data-split="{e(t.split)}"><thead><tr>')

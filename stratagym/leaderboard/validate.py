@@ -20,7 +20,7 @@ __all__ = ["SubmissionError", "STANDARD_SPLITS", "known_splits", "validate_recor
 #: Split names accepted for envs that do not declare their own (``default``: the env's default split).
 STANDARD_SPLITS = frozenset(
     {
-        "default", "train", "dev", "validation", "valid", "test",
+        "default", "train", "dev", "validation", "valid", "test", "test_unseen",
         "valid_seen", "valid_unseen", "valid_train", "in_distribution", "out_of_distribution",
         "eval_in_distribution", "eval_out_of_distribution",
     }

@@ -124,3 +124,44 @@ def test_demonstrations_from_test_unseen_are_refused():
 
     with pytest.raises(ConfigError, match="train split"):
         collect_demos("stratagym/SearchQA-v0", "scripted:oracle", split="test_unseen", n=2)
+
+
+def test_eval_cli_two_splits_then_board_side_by_side(tmp_path, capsys):
+    """`stratagym eval --split test --split test_unseen --submit`, then the rendered board shows both
+    splits in one table (oracle 1.0 on both, no-search 0.0 on both) and the overlap parts in the output."""
+    from stratagym import cli
+    from stratagym.leaderboard.render import render_board
+    from stratagym.leaderboard.store import Leaderboard
+
+    board = tmp_path / "board.db"
+    for agent in ("scripted:oracle", "scripted:no_search"):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["eval", agent, "--env", "stratagym/SearchQA-v0", "--split", "test", "--split", "test_unseen",
+                      "-n", "40", "--out", str(tmp_path / agent.split(":")[1]), "--submit", "--board", str(board), "-q"])
+        assert info.value.code in (0, None)
+    out = capsys.readouterr().out
+    rows = [ln.rstrip() for ln in out.splitlines() if ln.startswith("scripted:oracle ")]
+    assert [r.split()[2] for r in rows] == ["test", "test_unseen"]
+    assert "overlap / no overlap" in out
+    # oracle on the first 40 questions: EM 1 on every part; the parts' sizes are the audit's flags
+    from stratagym.envs.search_qa.overlap import overlap_flags
+
+    for r, split in zip(rows, ["test", "test_unseen"]):
+        flags = overlap_flags(load_qa("bundled", split)[:40], load_qa("bundled", "train")).any
+        ov, no = int(flags.sum()), int((~flags).sum())
+        assert r.endswith(" / ".join(f"1 (n={k})" if k else "-" for k in (ov, no))), r
+    assert rows[0].endswith("1 (n=40) / -") and rows[1].endswith("1 (n=4) / 1 (n=36)")  # 4 unseen year answers
+
+    lb = Leaderboard(board)
+    paths = render_board(lb, tmp_path / "site", plots=False)
+    lb.close()
+    md = paths["markdown"].read_text()
+    assert "## stratagym/SearchQA-v0 — splits side by side" in md
+    section = md.split("splits side by side", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
+    assert lines[0].startswith("| agent | algorithm | test em | test_unseen em | test n | test_unseen n |")
+    assert lines[2].startswith("| scripted:oracle | - | 1.000 [") and lines[2].endswith("| 40 | 40 |")
+    assert lines[3].startswith("| scripted:no_search | - | 0.000 [")
+    assert "## stratagym/SearchQA-v0 — split `test_unseen`" in md
+    page = paths["html"].read_text()
+    assert 'class="sortable splits"' in page and "test_unseen em" in page
