@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: Split names that hold evaluation tasks in stratagym's envs (and in common datasets).
-EVAL_SPLIT_NAMES: tuple[str, ...] = ("test", "valid", "validation", "dev", "eval", "in_distribution",
+EVAL_SPLIT_NAMES: tuple[str, ...] = ("test", "test_unseen", "valid", "validation", "dev", "eval", "in_distribution",
                                      "out_of_distribution")
 
 _REQUIRED_KEYS = ("messages", "turns", "env_id", "task_id")

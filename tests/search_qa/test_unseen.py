@@ -124,6 +124,12 @@ def test_demonstrations_from_test_unseen_are_refused():
 
     with pytest.raises(ConfigError, match="train split"):
         collect_demos("stratagym/SearchQA-v0", "scripted:oracle", split="test_unseen", n=2)
+    # and a train file that holds a test_unseen question is refused by task id, whatever its split is called
+    from stratagym.training.demos import EVAL_SPLIT_NAMES, check_train_split
+
+    assert "test_unseen" in EVAL_SPLIT_NAMES
+    with pytest.raises(ConfigError, match="'test_unseen' split"):
+        check_train_split("stratagym/SearchQA-v0", "train", {}, ["sqa-train-00000", "sqa-test_unseen-00007"])
 
 
 def test_eval_cli_two_splits_then_board_side_by_side(tmp_path, capsys):
