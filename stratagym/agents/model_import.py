@@ -214,7 +214,7 @@ def _supported_architectures() -> list[str]:
         from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
     except ImportError:
         return []
-    return sorted(GGUF_SUPPORTED_ARCHITECTURES)
+    return sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})  # config-mapping keys, not models
 
 
 def _load_error(exc: BaseException, source: GGUFSource, info: GGUFInfo) -> ConfigError:

@@ -394,7 +394,11 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         except OSError as exc:
             raise ConfigError(f"model.path {src!r} could not be loaded: {exc}") from exc
         if recipe.model.get("require_tag_tokens", True):
-            check_tokenizer_for_template(tokenizer, template, where=f"the tokenizer of {src}")
+            try:
+                check_tokenizer_for_template(tokenizer, template, where=f"the tokenizer of {src}")
+            except ConfigError as exc:
+                raise ConfigError(f"{exc} For a pretrained model (it spells the tags in several tokens, which is "
+                                  "fine for it), set model.require_tag_tokens: false in the recipe.") from None
     else:
         size = SmallLMConfig.from_dict(recipe.model)
         if not (resume and (base / "config.json").exists()):
@@ -504,11 +508,14 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
 
 
 def check_policy_for_env(policy: Any, env_id: str) -> None:
-    """Refuse an SFT checkpoint (a folder with ``sft_meta.json``) whose tokenizer lacks the tags of
-    ``env_id``'s template, e.g. a SearchQA checkpoint put on ALFWorld; the message names the fix.
+    """Refuse an SFT checkpoint (a folder with ``sft_meta.json``) built for another env family, e.g. a
+    SearchQA checkpoint put on ALFWorld; the message names the fix.
 
-    Only models built by ``stratagym sft`` are checked: a pretrained model spells the tags in several
-    tokens and that is fine for it.
+    A model whose tokenizer stratagym built holds its template's tags as single tokens, so a tokenizer
+    without ``env_id``'s tags is refused. A pretrained model (SmolLM2, Qwen, ...) spells the tags in
+    several tokens, and that is fine for it: it is not checked at all when it never went through
+    ``stratagym sft``, and when it did (its recipe said ``model.require_tag_tokens: false``), the
+    template it was tuned on must be ``env_id``'s.
     """
     from stratagym.agents.prompts import template_for_env
     from stratagym.agents.small_lm import check_tokenizer_for_template
@@ -518,6 +525,20 @@ def check_policy_for_env(policy: Any, env_id: str) -> None:
     if tokenizer is None or not (folder / META_FILE).exists():
         return
     template = template_for_env(env_id, None, getattr(policy.config, "template", None))
+    try:
+        meta = json.loads((folder / META_FILE).read_text())
+    except (OSError, ValueError):
+        meta = {}
+    model_spec = (meta.get("recipe") or {}).get("model") or {}
+    if model_spec.get("path") and model_spec.get("require_tag_tokens", True) is False:
+        tuned_on = meta.get("template")
+        if tuned_on and tuned_on != template.name:
+            raise ConfigError(
+                f"the SFT checkpoint {folder} was tuned on the {tuned_on!r} template (built for another env?), "
+                f"but {env_id} uses {template.name!r}; tune the pretrained model for this env with "
+                "`stratagym sft --config <recipe>` (model.path, require_tag_tokens: false)"
+            )
+        return
     check_tokenizer_for_template(tokenizer, template, where=f"the SFT checkpoint {folder} (built for another env?)")
 
 
