@@ -56,8 +56,9 @@ def test_flags_known_by_hand(tiny_dataset):
     assert f.answer.tolist() == [True, False, False, False]
     assert f.passages.tolist() == [False, True, False, True]
     assert f.passages_known.tolist() == [True, True, False, True]
-    # IDF-weighted: te0 equals tr0; te1's extra token "t" is rare (the heaviest token), so 4 shared common
-    # tokens fall below 0.8; te2 differs from tr2 in its rarest token
+    # IDF-weighted (N = 7 questions): te0 equals tr0; te1 shares p, q, r, s (df 2, weight ln 4.5 = 1.504
+    # each) with tr1 but adds t (df 1, ln 8 = 2.079): 6.016 / 8.095 = 0.74 < 0.8; te2 differs from tr2 in
+    # its rarest token
     assert f.question.tolist() == [True, False, False, False]
     assert f.any.tolist() == [True, True, False, True]
     assert f.by_id() == {"te0": True, "te1": True, "te2": False, "te3": True}
