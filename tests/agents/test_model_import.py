@@ -104,7 +104,7 @@ def test_import_tiny_gguf_once_with_provenance(tiny_gguf, cache, capsys):
     assert code == 0 and out.strip() == str(folder) and "already imported" in err
     assert (folder / "model.safetensors").stat().st_ino == before
     code, out, err = _cli(["models", "import", str(tiny_gguf), "--force", "-q"], capsys)
-    assert code == 0 and out.strip() == str(folder) and err.count("\n") <= err.count("it/s]") + 1
+    assert code == 0 and out.strip() == str(folder) and "imported" not in err and "reading" not in err  # -q: the folder only
     assert (folder / "model.safetensors").stat().st_ino != before
     assert json.loads((folder / PROVENANCE_FILE).read_text())["gguf_sha256"] == prov["gguf_sha256"]
     assert [p.name for p in (cache / "models").iterdir()] == ["tiny-llama-q4-1"]
