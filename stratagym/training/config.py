@@ -88,6 +88,10 @@ class RolloutConfig:
     max_turns: int = 100
     filter_groups: bool = False  # DAPO dynamic sampling: keep drawing until tasks_per_step groups carry signal
     max_filter_rounds: int = 4  # at most this many draws per step (then train on what was found)
+    # log-prob parity of sampler and trainer (stratagym/training/parity.py): stop at a token whose
+    # |engine - trainer| log-prob exceeds parity_max (null: log parity/* only); parity_tol: frac_over's bound
+    parity_max: Optional[float] = None
+    parity_tol: float = 0.1
 
 
 @dataclass
@@ -237,6 +241,10 @@ class RecipeConfig:
         _positive("rollout.tasks_per_step", self.rollout.tasks_per_step)
         _positive("rollout.max_turns", self.rollout.max_turns)
         _positive("rollout.max_filter_rounds", self.rollout.max_filter_rounds)
+        if self.rollout.parity_max is not None and not float(self.rollout.parity_max) > 0:
+            raise ConfigError(f"rollout.parity_max must be > 0 or null (off), got {self.rollout.parity_max!r}")
+        if not float(self.rollout.parity_tol) > 0:
+            raise ConfigError(f"rollout.parity_tol must be > 0, got {self.rollout.parity_tol!r}")
         if self.rollout.workers not in ("inprocess", "subprocess", "ray"):
             raise ConfigError(f"rollout.workers must be inprocess, subprocess or ray, got {self.rollout.workers!r}")
         try:

@@ -469,6 +469,10 @@ class Trainer:
         if multi_update and n:
             old = self._score_detached(self.policy, payloads)
         ref_all = self._score_detached(self.reference, payloads) if (self.reference is not None and n) else None
+        # log-prob parity (sampler vs trainer, stratagym/training/parity.py): the pre-update scores are
+        # ``old`` when several updates run, else the micro-batches' own forwards (collected below)
+        pre_update: dict[int, torch.Tensor] = {}
+        parity_done = False
         agg_stats: dict[str, list[float]] = {}
         grad_norms: list[float] = []
         critic_norms: list[float] = []
@@ -506,7 +510,8 @@ class Trainer:
                         if self.critic is not None:
                             ctx.enter_context(self.accelerator.no_sync(self.critic.model))
                     with ctx:
-                        loss, stats, share = self._micro_loss(chunk, src[0], src[1], src[2], src[3], tokens_mb, rows_mb)
+                        loss, stats, share = self._micro_loss(chunk, src[0], src[1], src[2], src[3], tokens_mb, rows_mb,
+                                                              scores_out=pre_update if (real and not parity_done and old is None) else None)
                         total = loss * share
                         if self.critic is not None:  # no shared parameters: one backward trains both
                             vloss, vstats = self._micro_value_loss(chunk, src[0], src[4], src[5])
@@ -518,6 +523,10 @@ class Trainer:
                     if real:
                         for k, v in stats.items():
                             agg_stats.setdefault(k, []).append(v)
+                if not parity_done:  # before the first optimizer step changes the weights
+                    metrics.update(self._logprob_parity(samples, old if old is not None else
+                                                        [pre_update.get(i) for i in range(n)]))
+                    parity_done = True
                 if oc.max_grad_norm:
                     gn = self.accelerator.clip_grad_norm_([p for p in self.policy.parameters()], oc.max_grad_norm)
                     grad_norms.append(float(gn))
@@ -586,7 +595,32 @@ class Trainer:
                     out.append(row[m.bool()].float().cpu())
         return out
 
-    def _micro_loss(self, chunk, payloads, adv, old, ref_all, tokens_mb, rows_mb):
+    def _logprob_parity(self, samples: list[Any], scored: list[Optional[torch.Tensor]]) -> dict[str, float]:
+        """``parity/*`` metrics of this step's samples (sampling vs pre-update trainer log-probs); stops
+        the run past ``rollout.parity_max`` (:func:`stratagym.training.parity.check_parity`)."""
+        from stratagym.training.parity import check_parity, logprob_parity
+
+        sampled: list[Optional[torch.Tensor]] = []
+        ids: list[list[int]] = []
+        for s in samples:
+            pay = s.payload
+            has = isinstance(pay, dict) and "sampling_logprobs" in pay and "response_ids" in pay
+            sampled.append(pay["sampling_logprobs"] if has else None)
+            ids.append(pay["response_ids"].tolist() if has else [])
+        rc = self.config.rollout
+        report = logprob_parity(sampled, scored, tol=rc.parity_tol, response_ids=ids,
+                                tokenizer=getattr(self.policy, "tokenizer", None))
+
+        def describe(i: int) -> str:
+            s = samples[i]
+            return f"turn {s.step} of task {s.info.get('task_id', '?')!r}"
+
+        check_parity(report, step=self.step + 1, parity_max=rc.parity_max, describe=describe)
+        return report.metrics() if report is not None else {}
+
+    def _micro_loss(self, chunk, payloads, adv, old, ref_all, tokens_mb, rows_mb, scores_out=None):
+        """Loss of one micro-batch; ``scores_out`` (sample index -> its scored log-probs, detached)
+        collects the forward's log-probs for the parity check."""
         from stratagym.agents.policy import pad_right
 
         lc = self.config.loss
@@ -594,6 +628,9 @@ class Trainer:
             res = self.policy.sequence_log_probs([payloads[i] for i in chunk], with_entropy=lc.entropy_coef > 0)
         lp = res.logprobs.float()
         mask = res.mask
+        if scores_out is not None:
+            for k, i in enumerate(chunk):
+                scores_out[i] = lp[k][mask[k].bool()].detach().cpu()
         dev = lp.device
         T = lp.shape[1]
 
@@ -624,6 +661,7 @@ class Trainer:
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
+        sync0 = getattr(self.policy, "weight_sync_seconds", None)  # seconds loading new weights into an engine
         reuse_stats = getattr(self.policy, "prompt_reuse_stats", None)
         before = reuse_stats() if reuse_stats is not None else None
         batch = self.rollout()
@@ -644,6 +682,8 @@ class Trainer:
         metrics.update(batch.timing())
         metrics["time/update"] = t2 - t1
         metrics["time/step"] = t2 - t0
+        if sync0 is not None:  # this step's syncs happen in its rollout (the first generation after an update)
+            metrics["time/weight_sync"] = float(self.policy.weight_sync_seconds) - float(sync0)
         metrics["step"] = self.step
         return metrics
 
@@ -715,6 +755,9 @@ class Trainer:
         self.accelerator.free_memory()
 
     def close(self) -> None:
+        close_policy = getattr(self.policy, "close", None)  # a vLLM engine's memory and process-wide state
+        if close_policy is not None:
+            close_policy()
         self.collector.close()
         if self._eval_collector is not None:
             self._eval_collector.close()

@@ -1,0 +1,84 @@
+"""The ``vllm`` backend on a Qwen2 model (biases, grouped KV heads, EOS) and on folders vLLM cannot load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.vllm
+
+vllm = pytest.importorskip("vllm")
+
+from stratagym.agents.backends import SamplingConfig, VLLMGenerator  # noqa: E402
+from stratagym.agents.llm import LLMPolicy  # noqa: E402
+from stratagym.errors import ConfigError  # noqa: E402
+from tests.vllm.test_vllm_generation import SFT, hf_generate, searchqa_prompts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def sft_policy() -> LLMPolicy:
+    return LLMPolicy.from_pretrained(SFT)
+
+
+def _tiny_qwen2(tok) -> torch.nn.Module:
+    """A Qwen2 model with q/k/v biases and grouped KV heads (4 query heads, 2 KV heads), random weights."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(3)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      tie_word_embeddings=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                      bos_token_id=None)
+    model = Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)  # biases start at zero: make them matter
+    return model.eval()
+
+
+def test_greedy_ids_equal_hf_for_qwen2_with_biases_grouped_kv_stop_and_eos(tmp_path, sft_policy):
+    """Random weights never pick the EOS id by themselves, so the test renames a token: the first prompt's
+    greedy output is computed, then the embedding and output rows of one of its later tokens are swapped
+    with EOS's. Every computation is unchanged but that token is now EOS, so the first row ends there."""
+    tok = sft_policy.tokenizer
+    model = _tiny_qwen2(tok)
+    prompts = searchqa_prompts(sft_policy, 4)
+    eos = tok.eos_token_id
+    with torch.no_grad():
+        first = model.generate(torch.tensor([prompts[0]]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+                               pad_token_id=tok.pad_token_id)[0, len(prompts[0]):].tolist()
+        in_prompts = {t for p in prompts for t in p} | {eos}
+        k, c = next((k, t) for k, t in enumerate(first) if k >= 2 and t not in in_prompts and t not in first[:k])
+        for w in (model.model.embed_tokens.weight, model.lm_head.weight):
+            w[[c, eos]] = w[[eos, c]]
+    folder = tmp_path / "qwen2-tiny"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    policy = LLMPolicy.from_pretrained(folder)
+    engine = VLLMGenerator(str(folder), dtype="float32", max_model_len=1024)
+    stop_text = tok.decode(first[1:2])
+    for stop in ((), (stop_text,)):  # EOS alone, then a stop string that ends the second token
+        cfg = SamplingConfig(max_new_tokens=24)
+        a = hf_generate(policy, prompts, stop, cfg)
+        b = engine.generate(prompts, stop, cfg, greedy=True)
+        assert [g.response_ids for g in a] == [g.response_ids for g in b]
+        assert [g.text for g in a] == [g.text for g in b]
+        assert [g.finish_reason for g in a] == [g.finish_reason for g in b]
+    b = engine.generate(prompts, (), SamplingConfig(max_new_tokens=24), greedy=True)
+    assert b[0].finish_reason == "eos" and b[0].response_ids == first[:k] + [eos]
+    stopped = engine.generate(prompts, (stop_text,), SamplingConfig(max_new_tokens=24), greedy=True)
+    assert stopped[0].finish_reason == "stop" and stopped[0].response_ids == first[:2]
+    engine.close()
+
+
+def test_a_model_vllm_cannot_load_is_a_config_error(tmp_path):
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "no-such-architecture", "architectures": ["NoSuchLM"]}))
+    with pytest.raises(ConfigError, match="vLLM could not load the model .*not-a-model.*backend: hf"):
+        VLLMGenerator(str(bad), dtype="float32")
+
+
