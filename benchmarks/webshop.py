@@ -20,6 +20,7 @@ os.environ.setdefault("SE_OFFLINE", "true")
 
 import numpy as np  # noqa: E402
 
+from stratagym.envs.core import EpisodeKey  # noqa: E402
 from stratagym.envs.webshop.agents import OracleAgent, RandomShopper  # noqa: E402
 from stratagym.envs.webshop.text_env import WebShopTextEnv  # noqa: E402
 
@@ -30,8 +31,9 @@ def run(env, agent, n_episodes: int, *, start: int = 0) -> tuple[int, float, flo
     t0 = time.perf_counter()
     for e in range(n_episodes):
         obs, info = env.reset(options={"task_id": ids[(start + e) % len(ids)]})
+        episode = EpisodeKey(info["task_id"], None, e)  # agents keep per-episode state by this key
         while True:
-            obs, r, term, trunc, info = env.step(agent.act([obs], [info])[0])
+            obs, r, term, trunc, info = env.step(agent.act([obs], [info], [episode])[0])
             steps += 1
             if term or trunc:
                 total += r
@@ -88,8 +90,9 @@ def main() -> None:
         agent = OracleAgent(benv)
         for e in range(args.browser_episodes):
             obs, info = benv.reset(options={"task_index": e})
+            episode = EpisodeKey(info["task_id"], None, e)
             while True:
-                a = agent.act([obs], [info])[0]
+                a = agent.act([obs], [info], [episode])[0]
                 t0 = time.perf_counter()
                 obs, r, term, trunc, info = benv.step(a)
                 per_action.append((a.split("[")[0], time.perf_counter() - t0))
