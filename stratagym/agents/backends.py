@@ -462,6 +462,9 @@ class VLLMGenerator:
                   torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
         try:
             self.llm = LLM(**kwargs)
+            if self.device == "cpu":  # with eager mode and an explicit KV cache vLLM skips its warm-up run, so a
+                # model its CPU kernels cannot run (e.g. attention head_dim 16) would fail at the first rollout
+                self.llm.generate([{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1), use_tqdm=False)
         except Exception as exc:  # an architecture vLLM lacks, a corrupt folder, a too-long max_model_len, ...
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ConfigError(
@@ -627,6 +630,9 @@ class OpenAIGenerator:
             body["include_stop_str_in_output"] = True
         if self.endpoint == "chat":
             body["messages"] = prompt
+            if prompt and prompt[-1].get("role") == "assistant":  # Search-R1's growing assistant turn: continue
+                body["continue_final_message"] = True  # it, as the local render does (vLLM's and TGI's chat
+                body["add_generation_prompt"] = False  # servers take these; OpenAI's API has no such turn)
             url = f"{self.base_url}/chat/completions"
         else:
             body["prompt"] = prompt

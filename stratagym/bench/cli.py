@@ -36,7 +36,7 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def parse_env_args(items: list[str]) -> dict[str, Any]:
+def parse_env_args(items: list[str], *, flag: str = "--env-arg") -> dict[str, Any]:
     """``["k=v", ...]`` -> dict, each value read as YAML (``3`` -> int, ``true`` -> bool, ``a`` -> str)."""
     import yaml
 
@@ -44,7 +44,7 @@ def parse_env_args(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(f"--env-arg expects key=value, got {item!r}")
+            raise typer.BadParameter(f"{flag} expects key=value, got {item!r}")
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -114,6 +114,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         batch_size: int = typer.Option(8, "--batch-size", "-b", help="Envs played in parallel (one batched act per turn)."),
         max_steps: Optional[int] = typer.Option(None, help="Per-episode turn limit (default: the env's)."),
         env_arg: list[str] = typer.Option([], "--env-arg", "-E", help="Env constructor argument key=value (YAML value; repeatable)."),
+        policy_arg: list[str] = typer.Option([], "--policy-arg", "-P", help="LLM agent option key=value (YAML value; "
+                                             "repeatable), the policy: section's fields, e.g. -P backend=vllm "
+                                             "-P 'vllm={max_model_len: 1024}' -P memory_k=4."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Record path (one env) or folder (several). Default runs/eval/."),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue a killed eval from its progress file."),
         label: Optional[str] = typer.Option(None, help="Display name on the leaderboard."),
@@ -156,7 +159,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 cfg = EvalConfig(
                     agent=agent, env_id=e.env, split=sp, n=n_tasks, seeds=seed_list,
                     batch_size=batch_size, env_kwargs={**e.env_kwargs, **parse_env_args(env_arg)}, max_steps=max_steps or e.max_steps,
-                    label=label, algorithm=algorithm,
+                    label=label, algorithm=algorithm, agent_options=parse_env_args(policy_arg, flag="--policy-arg"),
                 )
                 record = evaluate(cfg, out=target, resume=resume, progress=not quiet)
                 records.append(record)

@@ -82,3 +82,12 @@ def test_a_model_vllm_cannot_load_is_a_config_error(tmp_path):
         VLLMGenerator(str(bad), dtype="float32")
 
 
+
+
+def test_a_model_the_cpu_kernels_cannot_run_is_refused_at_load():
+    """vLLM's CPU attention has no kernel for head_dim 16 (the tiny test model's); without the warm-up
+    generation at load this surfaced as a RuntimeError at the first rollout."""
+    from stratagym.agents.tiny_lm import tiny_lm_path
+
+    with pytest.raises(ConfigError, match="vLLM could not load the model .*head_dim=16.*backend: hf"):
+        VLLMGenerator(str(tiny_lm_path()), dtype="float32", max_model_len=512)
