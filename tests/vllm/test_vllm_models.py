@@ -91,3 +91,25 @@ def test_a_model_the_cpu_kernels_cannot_run_is_refused_at_load():
 
     with pytest.raises(ConfigError, match="vLLM could not load the model .*head_dim=16.*backend: hf"):
         VLLMGenerator(str(tiny_lm_path()), dtype="float32", max_model_len=512)
+
+
+def test_eval_cli_with_a_max_model_len_shorter_than_the_prompt(tmp_path):
+    """The engine loads, the first prompt does not fit: exit 2 with the fix, no traceback, no record."""
+    import subprocess
+    import sys
+
+    from tests.vllm.test_vllm_generation import ENV_KWARGS
+
+    out = tmp_path / "r.json"
+    args = ["eval", str(SFT), "--env", "stratagym/SearchQA-v0", "-n", "1", "-P", "backend=vllm",
+            "-P", "vllm={max_model_len: 64}", "--out", str(out), "-q"]
+    args += [x for k, v in ENV_KWARGS.items() if k != "split" for x in ("-E", f"{k}={json.dumps(v)}")]
+    res = subprocess.run([sys.executable, "-c", f"from stratagym.cli import main; main({args!r})"], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path,
+                         env={"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                              "PYTHONPATH": str(SFT.parents[2])})
+    text = res.stdout + res.stderr
+    assert res.returncode == 2, text[-3000:]
+    assert "Traceback" not in text
+    assert "does not fit vLLM's max_model_len 64: raise policy.vllm.max_model_len" in text
+    assert not out.exists()
