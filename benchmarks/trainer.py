@@ -326,7 +326,7 @@ def print_phases(tag: str, ours: dict | None, theirs: dict | None) -> None:
 
 def model_path(hidden: int, model: str | None) -> str:
     """``--model`` as given (any local Llama/Qwen2 HF folder, e.g. an SFT checkpoint), else the tiny
-    Qwen2 of width ``hidden`` (64: the 2-layer default, ~0.3M parameters; otherwise 4 layers)."""
+    Qwen2 of width ``hidden`` (64: the 2-layer default, 0.12M parameters; otherwise 4 layers, 2.55M at 256)."""
     if model:
         return model
     from stratagym.agents.tiny_lm import TinyLMConfig, tiny_lm_path
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--max-new", type=int, default=64)
-    ap.add_argument("--hidden", type=int, default=64, help="tiny model width (64 -> ~0.3M params, 256 -> ~3M)")
+    ap.add_argument("--hidden", type=int, default=64, help="tiny model width (64: 2 layers, 0.12M params; otherwise 4 layers: 256 -> 2.55M)")
     ap.add_argument("--model", default=None,
                     help="a local HF model folder instead of the tiny model (e.g. data/checkpoints/sft-searchqa)")
     ap.add_argument("--only", choices=["stratagym", "trl"], default=None)
