@@ -345,7 +345,10 @@ def geo_mean_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[flo
     core_algos.py:1635): the geometric mean of the token ratios, each token's log-ratio clipped to
     ``[-clip_low, clip_high]`` on the side that limits the update (by the sign of A), times the
     sequence's mean advantage; the loss is the plain mean over the B sequences (verl ignores the
-    aggregation mode here, and so does this).  Weights apply per sequence as their masked token mean.
+    aggregation mode here, and so does this).  Weights apply per sequence as the geometric mean of
+    the row's token weights, ``exp(mean_t log(w + 1e-10))`` (verl, core_algos.py:1697-1705): the
+    sequence's ratio is a geometric mean of token ratios, so per-token importance weights combine the
+    same way.  Per-row weights ``(B,)`` are unchanged by it (up to the 1e-10); weights must be >= 0.
     """
     lo, hi = _clip_bounds(clip_low, clip_high)
     m = x.mask
@@ -358,7 +361,9 @@ def geo_mean_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[flo
     adv = (x.advantages * m).sum(-1) / (count + 1e-8)
     seq_loss = -adv * ratio
     if x.weights is not None:
-        seq_loss = seq_loss * masked_mean(x.weights, m, dim=-1)
+        if bool(((x.weights < 0) & (m > 0)).any()):
+            raise ValueError("geo_mean takes the geometric mean of each row's weights: they must be >= 0")
+        seq_loss = seq_loss * torch.exp((torch.log(x.weights + 1e-10) * m).sum(-1) / (count + 1e-8))
     pg = seq_loss.mean() if seq_loss.numel() else seq_loss.sum()
     clipped = neg_kl != clamped
     return pg, _stats(x, pg, torch.exp(neg_kl), neg_kl, clipped & (x.advantages > 0),
@@ -441,12 +446,15 @@ def _dppo(x: PGInputs, valid: Tensor, ratio: Tensor, neg_kl: Tensor, clip_c: flo
 
 @register_policy_loss("dppo_tv")
 def dppo_tv_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
-                 clip_c: float = 20.0):
+                 clip_c: float = 3.0):
     """DPPO-Binary-TV (arXiv 2602.04879; verl ``compute_policy_loss_dppo_tv``): the
     trust region is on the probability change, not the ratio.  Per token
     ``-A * sg(min(r, clip_c)) * logp``, kept only where ``p - p_old <= clip_high`` (``A > 0``) or
     ``p - p_old >= -clip_low`` (``A <= 0``); ``clip_low``/``clip_high`` are TV thresholds and
-    ``clip_c`` the truncated-importance-sampling cap (verl's default 20)."""
+    ``clip_c`` the truncated-importance-sampling cap.  Its default is verl's effective one, 3.0: verl
+    reads ``config.get("clip_ratio_c", 20.0)``, but its ``ActorConfig`` always carries
+    ``clip_ratio_c = 3.0`` (verl/workers/config/actor.py:143), so 20 is only the fallback of a config
+    without the key.  The DPPO paper (Section 5.4) recommends a large cap; pass ``clip_c=20`` for it."""
     lo, hi = _clip_bounds(clip_low, clip_high)
     neg_kl = torch.clamp(x.logprob - x.old_logprob, -20.0, 20.0)
     ratio = torch.exp(neg_kl)
@@ -457,7 +465,7 @@ def dppo_tv_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[floa
 
 @register_policy_loss("dppo_kl")
 def dppo_kl_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
-                 clip_c: float = 20.0):
+                 clip_c: float = 3.0):
     """DPPO-Binary-KL (arXiv 2602.04879; verl ``compute_policy_loss_dppo_kl``): as ``dppo_tv`` with
     the binary KL ``p_old log(p_old/p) + (1-p_old) log((1-p_old+1e-8)/(1-p+1e-8))`` bounded by
     ``clip_high`` (``A > 0``, only where ``p > p_old``) or ``clip_low`` (``A <= 0``, where ``p < p_old``)."""

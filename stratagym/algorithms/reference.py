@@ -425,8 +425,9 @@ def policy_loss_ref(lp, old, adv, mask, *, loss="vanilla", agg="token-mean", wei
             r = torch.exp(s / (c + 1e-8))
             v = -(a_sum / (c + 1e-8)) * r
             if weights is not None:
-                wv = [_f(weights[i, t]) for t in range(T) if mk[i][t] > 0]
-                v = v * (sum(wv) / len(wv) if wv else 0.0)
+                # the geometric mean of the row's token weights (verl): exp(mean_t log(w + 1e-10))
+                log_w = sum(math.log(_f(weights[i, t]) + 1e-10) * mk[i][t] for t in range(T))
+                v = v * math.exp(log_w / (c + 1e-8))
             seq.append(v)
         return sum(seq[1:], seq[0]) / B
 
@@ -525,7 +526,7 @@ def policy_loss_ref(lp, old, adv, mask, *, loss="vanilla", agg="token-mean", wei
                 v = -phi_rows[i][t] * a * x
             elif loss in ("dppo_tv", "dppo_kl"):
                 r = math.exp(min(max(_f(d), -20.0), 20.0))
-                c = opt.get("clip_c", 20.0)
+                c = opt.get("clip_c", 3.0)
                 p, po = math.exp(_f(x)), math.exp(o)
                 if loss == "dppo_tv":
                     keep = (p - po <= hi) if a > 0 else (p - po >= -lo)

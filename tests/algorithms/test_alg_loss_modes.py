@@ -72,6 +72,27 @@ def test_geo_mean_gmpo():
     assert st["clip_frac_lower"] == 1.0
 
 
+def test_geo_mean_takes_the_geometric_mean_of_per_token_weights():
+    """core_algos.py:1697-1705: a row's token weights enter as exp(mean_t log(w + 1e-10)), the geometric
+    mean, as the sequence ratio is one.  log-probs = old = [-1, -2] (ratio 1), A = 1, weights [1, 4]:
+    sqrt(1 * 4) = 2, so the loss is -2 (the arithmetic mean gave -2.5) and each token's gradient is
+    -A * ratio / 2 * 2 = -1 (was -1.25)."""
+    lp = T([[-1.0, -2.0]], dtype=F64).requires_grad_(True)
+    loss, _ = policy_loss(lp, lp.detach(), T([1.0], dtype=F64), torch.ones(1, 2, dtype=F64), loss="geo_mean",
+                          weights=T([[1.0, 4.0]], dtype=F64))
+    loss.backward()
+    assert loss.item() == pytest.approx(-2.0)
+    assert lp.grad[0].tolist() == pytest.approx([-1.0, -1.0])
+    # a per-row weight is its own geometric mean: 3 scales the sequence's loss by 3
+    lp = T([[-1.0, -2.0]], dtype=F64)
+    loss, _ = policy_loss(lp, lp, T([1.0], dtype=F64), torch.ones(1, 2, dtype=F64), loss="geo_mean",
+                          weights=T([3.0], dtype=F64))
+    assert loss.item() == pytest.approx(-3.0)
+    with pytest.raises(ValueError, match="geometric mean"):
+        policy_loss(lp, lp, T([1.0], dtype=F64), torch.ones(1, 2, dtype=F64), loss="geo_mean",
+                    weights=T([[1.0, -1.0]], dtype=F64))
+
+
 def test_clip_cov_cuts_the_high_covariance_token():
     """core_algos.py:1450-1552: cov = (A - mean A)(logp - mean logp) = [2, 1, 0] for A=[2,-1,-1],
     logp=[0,-2,-1]; only token 0 lies in (lb=1, ub=5), so its gradient is cut.  r = 1: loss (0+1+1)/3."""
@@ -97,10 +118,24 @@ def test_kl_cov_penalises_the_top_covariance_token():
 @pytest.mark.parametrize("name", ["dppo_tv", "dppo_kl"])
 def test_dppo_masks_tokens_outside_the_divergence_region(name):
     """DPPO (arXiv 2602.04879): p 0.5 -> 0.9 with A > 0 moves TV 0.4 > 0.2 and binary KL ln(5/3) > 0.2: the
-    token is masked.  The other token keeps -A * sg(min(r, 20)) * logp = ln2 / 2 (token-mean)."""
+    token is masked.  The other token keeps -A * sg(min(r, 3)) * logp = ln2 / 2 (token-mean)."""
     loss, grad, st = run([[0.9, 0.5]], [[0.5, 0.5]], [1.0], loss=name)
     assert loss == pytest.approx(math.log(2) / 2)
     assert grad == pytest.approx([0.0, -0.5]) and st["clip_frac"] == 0.5
+
+
+@pytest.mark.parametrize("name", ["dppo_tv", "dppo_kl"])
+def test_dppo_truncation_cap_defaults_to_verls_3(name):
+    """verl reads ``config.get("clip_ratio_c", 20.0)``, but its ActorConfig always holds clip_ratio_c = 3.0
+    (verl/workers/config/actor.py:143), so 3 is the cap verl applies.  p 0.1 -> 0.5 with A = -1 stays in
+    the region (p rose), r = 5 is truncated to 3: loss -A * 3 * ln 0.5 = -3 ln2, gradient 3; clip_c=20
+    keeps r = 5."""
+    loss, grad, st = run([[0.5]], [[0.1]], [-1.0], loss=name)
+    assert loss == pytest.approx(-3 * math.log(2)) and grad == pytest.approx([3.0])
+    assert st["clip_frac_lower"] == 1.0
+    loss, grad, st = run([[0.5]], [[0.1]], [-1.0], loss=name, clip_c=20.0)
+    assert loss == pytest.approx(-5 * math.log(2)) and grad == pytest.approx([5.0])
+    assert st["clip_frac_lower"] == 0.0
 
 
 def test_vespo_gamma_weight():
@@ -205,7 +240,8 @@ def loss_batches(draw):
     per_token = draw(st.booleans())
     adv = draw(st.lists(st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]),
                         min_size=B * Tn if per_token else B, max_size=B * Tn if per_token else B))
-    weights = draw(st.none() | st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=B, max_size=B))
+    n_w = draw(st.sampled_from([None, B, B * Tn]))  # none, per row or per token
+    weights = None if n_w is None else draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=n_w, max_size=n_w))
     return B, Tn, lp, old, lens, per_token, adv, weights
 
 
@@ -219,14 +255,17 @@ def test_losses_match_reference_values_and_gradients(case, agg, global_norm):
     old = T(old_v, dtype=F64).reshape(B, Tn)
     adv = T(adv_v, dtype=F64).reshape(B, Tn) if per_token else T(adv_v, dtype=F64)
     adv_tok = adv if per_token else adv.unsqueeze(-1).expand(B, Tn)
-    w = None if w_v is None else T(w_v, dtype=F64)
+    w = None
+    if w_v is not None:  # (B,) per row or (B, T) per token; the reference takes them per token
+        w = T(w_v, dtype=F64).reshape(B) if len(w_v) == B else T(w_v, dtype=F64).reshape(B, Tn)
+    w_tok = None if w is None else (w.unsqueeze(-1).expand(B, Tn) if w.dim() == 1 else w)
     norms = {"global_batch_size": B + 1, "batch_num_tokens": 7} if global_norm else {}
     for name, opts in LOSS_CASES:
         lp1 = T(lp_v, dtype=F64).reshape(B, Tn).requires_grad_(True)
         lp2 = lp1.detach().clone().requires_grad_(True)
         got, _ = policy_loss(lp1, old, adv, mask, loss=name, agg=agg, weights=w, **norms, **opts)
         want = ref.policy_loss_ref(lp2, old, adv_tok, mask, loss=name, agg=agg, norms=norms,
-                                   weights=None if w is None else w.unsqueeze(-1).expand(B, Tn), **opts)
+                                   weights=w_tok, **opts)
         assert got.item() == pytest.approx(float(want.detach()), rel=1e-9, abs=1e-9), name
         got.backward()
         if want.requires_grad:
