@@ -32,6 +32,9 @@ except ImportError:  # torch is a core dependency; this only keeps collection er
 
 import pytest  # noqa: E402
 
+# the skip allowance (tests/skip_allowance.py): a session fails when tests skip beyond tests/skip_allowance.txt
+from tests.skip_allowance import pytest_configure  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session")
 def smollm2_model():
