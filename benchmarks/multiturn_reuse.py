@@ -39,13 +39,18 @@ import torch  # noqa: E402
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
-def build(recipe: Path, model: str | None, reuse: bool):
+def build(recipe: Path, model: str | None, reuse: bool, *, smoke: bool = False):
     from stratagym.training.config import load_recipe
     from stratagym.training.trainer import Trainer
 
     cfg = load_recipe(str(recipe))
     if model:
         cfg.policy["model"] = model
+    if smoke:  # the test suite's smoke run: the same code path on 2 tasks x 2 episodes of a few tokens
+        cfg.rollout.group_size = 2
+        cfg.rollout.tasks_per_step = 2
+        cfg.rollout.filter_groups = False
+        cfg.policy["max_new_tokens"] = 8
     cfg.policy["prefix_cache"] = reuse
     cfg.policy["shared_history_scoring"] = reuse
     cfg.train.output_dir = tempfile.mkdtemp(prefix=f"bench-reuse-{'on' if reuse else 'off'}-")
@@ -78,11 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="override the recipe's policy.model (e.g. runs/checkpoints/sft-searchqa-4m)")
     ap.add_argument("--steps", type=int, default=4, help="measured steps (after --warmup)")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--smoke", action="store_true",
+                    help="2 tasks x 2 episodes, <= 8 new tokens: checks the script runs (tests), figures meaningless")
     args = ap.parse_args(argv)
     if args.model and not Path(args.model).exists():
         print(f"error: --model {args.model} does not exist (build it with stratagym sft, see recipes/cpu/)", file=sys.stderr)
         return 2
-    off, on = build(args.recipe, args.model, False), build(args.recipe, args.model, True)
+    off, on = (build(args.recipe, args.model, False, smoke=args.smoke),
+               build(args.recipe, args.model, True, smoke=args.smoke))
     rows = []
     worst_loss = 0.0
     parted: list[int] = []

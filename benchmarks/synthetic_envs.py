@@ -1,10 +1,11 @@
 """Steps per second of the synthetic envs under a uniform random policy over admissible actions.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/synthetic_envs.py``. Prints one line per env.
+Run: ``OMP_NUM_THREADS=1 python benchmarks/synthetic_envs.py [--seconds 2]``. Prints one line per env.
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import gymnasium as gym
@@ -33,6 +34,9 @@ def bench(env_id: str, seconds: float = 2.0) -> tuple[float, float]:
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=2.0, help="time spent stepping each env")
+    args = ap.parse_args()
     for eid in IDS:
-        sps, eps = bench(eid)
+        sps, eps = bench(eid, args.seconds)
         print(f"{eid:32s} {sps:9.0f} steps/s {eps:9.0f} episodes/s (reset + steps, 1 thread)")
