@@ -26,7 +26,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 
@@ -201,11 +201,6 @@ def _make_envs(env_id: str, count: int, kwargs: Mapping[str, Any]) -> list[gym.E
             e.close()
         raise
     return envs
-
-
-def _batches(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(seq), size):
-        yield seq[i : i + size]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -98,10 +98,6 @@ class Suite:
     baselines: tuple[Baseline, ...] = ()
     train: tuple[TrainSection, ...] = ()
 
-    def evals_for(self, env_id: str) -> list[EvalEntry]:
-        """The eval entries of ``env_id`` (several when it is evaluated on several splits)."""
-        return [e for e in self.evals if e.env == env_id]
-
     def seeds_of(self, section: TrainSection) -> tuple[int, ...]:
         return section.seeds if section.seeds is not None else self.seeds
 

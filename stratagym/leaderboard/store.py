@@ -24,7 +24,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Collection, Mapping, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -199,16 +199,6 @@ class Leaderboard:
             # is bounded by the columns, so this is a bug to report, not a crash of the whole submit loop)
             raise SubmissionError(f"the database refused the record: {str(getattr(exc, 'orig', exc)).strip()[:300]}",
                                   record_id=record["record_id"]) from None
-
-    def submit_many(self, records: Iterable[Mapping[str, Any]]) -> list[int | SubmissionError]:
-        """Submit each record; a refused one yields its :class:`SubmissionError` instead of an id."""
-        out: list[int | SubmissionError] = []
-        for r in records:
-            try:
-                out.append(self.submit(r))
-            except SubmissionError as exc:
-                out.append(exc)
-        return out
 
     def delete(self, result_id: int) -> bool:
         def run() -> int:

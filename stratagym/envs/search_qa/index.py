@@ -34,7 +34,7 @@ import numpy as np
 
 from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
-from stratagym.envs.search_qa.data import BUNDLED_CORPUS, Corpus, file_fingerprint, load_corpus, stamped_fingerprint
+from stratagym.envs.search_qa.data import BUNDLED_CORPUS, file_fingerprint, load_corpus, stamped_fingerprint
 from stratagym.envs.search_qa.retrievers.base import Retriever
 
 __all__ = ["BACKENDS", "MANIFEST_NAME", "build_index", "load_index", "read_manifest", "make_retriever", "cache_dir"]
@@ -332,14 +332,3 @@ def _build_in_process(backend: str, cpath: Path, fingerprint: str, dense_model: 
     if not (out / MANIFEST_NAME).exists():
         build_index(cpath, out, "pyserini")
     return load_index(out, corpus=cpath, backend="pyserini")
-
-
-def reset_shared_retrievers() -> None:
-    """Forget the per-process retriever cache (tests; after rebuilding an index in place)."""
-    with _SHARED_LOCK:
-        _SHARED.clear()
-
-
-def corpus_for(retriever: Retriever) -> Corpus | None:
-    """The in-memory corpus behind a retriever, where it has one."""
-    return getattr(retriever, "corpus", None)
