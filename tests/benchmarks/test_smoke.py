@@ -60,7 +60,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
 
 def _scripts() -> list[str]:
     # vllm*.py need vLLM, which lives in the second environment (.venv-vllm): they are smoked by the
-    # vLLM tests (tests/vllm/, marker `vllm`), not here.
+    # vLLM tests (marker `vllm`), not here.
     return sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("vllm"))
 
 

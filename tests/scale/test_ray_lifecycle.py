@@ -12,10 +12,9 @@ import pytest
 from stratagym.training.config import RecipeConfig
 from stratagym.training.trainer import Trainer
 from tests.scale.conftest import ray_processes as _ray_processes
-from tests.trainer.conftest import RandomChoicePolicy, available
+from tests.trainer.conftest import RandomChoicePolicy
 
 ENV = "stratagym/CueCorridor-v0"
-pytestmark = pytest.mark.skipif(not available(ENV), reason="synthetic envs not available")
 
 
 def test_trainer_starts_and_stops_its_own_ray(tmp_path, monkeypatch):

@@ -15,10 +15,9 @@ import signal
 import pytest
 
 from stratagym.training.rollout import InProcessPool, RayPool, RolloutCollector, WorkerCrashed
-from tests.trainer.conftest import RandomChoicePolicy, available
+from tests.trainer.conftest import RandomChoicePolicy
 
 ENV = "stratagym/CueCorridor-v0"
-pytestmark = pytest.mark.skipif(not available(ENV), reason="synthetic envs not available")
 
 
 def _signature(batch):

@@ -15,10 +15,9 @@ from stratagym.training.rollout import (
     shape_rewards,
     to_advantage_batch,
 )
-from tests.trainer.conftest import available
+
 
 ENV = "stratagym/CueCorridor-v0"
-pytestmark = pytest.mark.skipif(not available(ENV), reason="synthetic envs not available")
 
 
 def _collect(policy, pool=None, tasks=None, g=3):
