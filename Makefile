@@ -34,7 +34,7 @@ demo: setup
 # The main suite in .venv, then the vLLM tests in .venv-vllm (deselected in .venv, never skipped).
 test: setup setup-vllm
 	$(PY) -m pytest -q -m "not vllm"
-	$(VPY) -m pytest -q -m vllm
+	$(VPY) -m pytest -q -m vllm tests/vllm_backend_backend
 
 bench: setup
 	@# llm_learning.py is the RL study (hours of CPU; run it by hand, docs/llm-learning.md), not a speed figure

@@ -12,7 +12,7 @@ import torch
 
 pytestmark = pytest.mark.vllm
 
-vllm = pytest.importorskip("vllm")  # the marker keeps these out of the main environment; here vLLM must exist
+import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these only where vLLM is installed)
 
 from stratagym.agents.backends import HFGenerator, SamplingConfig, VLLMGenerator  # noqa: E402
 from stratagym.agents.llm import LLMConfig, LLMPolicy  # noqa: E402

@@ -9,12 +9,12 @@ import torch
 
 pytestmark = pytest.mark.vllm
 
-vllm = pytest.importorskip("vllm")
+import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these only where vLLM is installed)
 
 from stratagym.agents.backends import SamplingConfig, VLLMGenerator  # noqa: E402
 from stratagym.agents.llm import LLMPolicy  # noqa: E402
 from stratagym.errors import ConfigError  # noqa: E402
-from tests.vllm.test_vllm_generation import SFT, hf_generate, searchqa_prompts  # noqa: E402
+from tests.vllm_backend.test_vllm_generation import SFT, hf_generate, searchqa_prompts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_eval_cli_with_a_max_model_len_shorter_than_the_prompt(tmp_path):
     import subprocess
     import sys
 
-    from tests.vllm.test_vllm_generation import ENV_KWARGS
+    from tests.vllm_backend.test_vllm_generation import ENV_KWARGS
 
     out = tmp_path / "r.json"
     args = ["eval", str(SFT), "--env", "stratagym/SearchQA-v0", "-n", "1", "-P", "backend=vllm",

@@ -19,9 +19,9 @@ import torch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-vllm = pytest.importorskip("vllm")
+import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these only where vLLM is installed)
 
-from tests.vllm.test_vllm_generation import ENV_KWARGS, SFT  # noqa: E402
+from tests.vllm_backend.test_vllm_generation import ENV_KWARGS, SFT  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -9,12 +9,12 @@ import torch
 
 pytestmark = pytest.mark.vllm
 
-vllm = pytest.importorskip("vllm")
+import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these only where vLLM is installed)
 
 from stratagym.agents.backends import HFGenerator, SamplingConfig  # noqa: E402
 from stratagym.agents.llm import LLMPolicy  # noqa: E402
 from stratagym.agents.policy import GenerationRequest  # noqa: E402
-from tests.vllm.test_vllm_generation import ENV_KWARGS, SFT, STOPS, searchqa_prompts  # noqa: E402
+from tests.vllm_backend.test_vllm_generation import ENV_KWARGS, SFT, STOPS, searchqa_prompts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
