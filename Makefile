@@ -31,10 +31,15 @@ export SE_OFFLINE ?= true
 demo: setup
 	$(VENV)/bin/stratagym bench --suite suites/quick.yaml
 
-# The main suite in .venv, then the vLLM tests in .venv-vllm (deselected in .venv, never skipped).
+# The main suite in .venv and, beside it on the other core, the vLLM tests in .venv-vllm (not collected
+# in .venv, never skipped); the vLLM log is printed after the main suite. Fails if either fails.
 test: setup setup-vllm
-	$(PY) -m pytest -q -m "not vllm"
-	$(VPY) -m pytest -q -m vllm tests/vllm_backend_backend
+	@mkdir -p build && rm -f build/vllm-tests.log build/vllm-tests.rc
+	@( $(VPY) -m pytest -q -m vllm tests/vllm_backend > build/vllm-tests.log 2>&1; echo $$? > build/vllm-tests.rc ) & \
+	$(PY) -m pytest -q -m "not vllm"; main=$$?; wait; \
+	echo "== vLLM tests (.venv-vllm: $(VPY) -m pytest -q -m vllm tests/vllm_backend), run beside the main suite"; \
+	cat build/vllm-tests.log; vllm=$$(cat build/vllm-tests.rc); \
+	echo "main suite exit $$main, vLLM suite exit $$vllm"; test $$main -eq 0 && test $$vllm -eq 0
 
 bench: setup
 	@# llm_learning.py is the RL study (hours of CPU; run it by hand, docs/llm-learning.md), not a speed figure
