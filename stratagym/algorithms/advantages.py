@@ -958,3 +958,20 @@ class HADWEstimator(EstimatorModifier):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.hadw.load_state_dict(state["hadw"])
+
+    def share_statistics(self, reduce_mean: Callable[[Tensor], Optional[float]]) -> None:
+        """The anchor moves with the GLOBAL batch's mean reward (:attr:`HADW.reduce_mean`)."""
+        super().share_statistics(reduce_mean)
+        self.hadw.reduce_mean = reduce_mean
+
+    def join_empty(self) -> None:
+        """No rows here: still join the mean-reward collective and move the anchor with the others."""
+        super().join_empty()
+        if self.hadw.reduce_mean is not None:
+            self.hadw(torch.zeros(0), torch.zeros(0), torch.zeros(0, dtype=torch.long))
+
+    def metrics(self) -> dict[str, float]:
+        out = super().metrics()
+        if self.hadw.last_anchor is not None:
+            out["adv/hadw_anchor"] = float(self.hadw.last_anchor)
+        return out

@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from stratagym.algorithms.registry import get_policy_loss, register_policy_loss
+from stratagym.algorithms.registry import PolicyLoss, get_policy_loss, register_policy_loss
 from stratagym.ops import entropy_from_logits, token_logprobs
 
 __all__ = [
@@ -267,7 +267,7 @@ def vanilla_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[floa
     return pg, _stats(x, pg, ratio, neg_kl, clip_active, lower)
 
 
-@register_policy_loss("gspo")
+@register_policy_loss("gspo", ratio="sequence")
 def gspo_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
               clip_c: Optional[float] = None):
     """GSPO (arXiv 2507.18071; verl ``compute_policy_loss_gspo``,
@@ -339,7 +339,7 @@ def sapo_loss(x: PGInputs, *, tau_pos: float = 1.0, tau_neg: float = 1.05):
     return pg, _stats(x, pg, ratio, neg_kl)
 
 
-@register_policy_loss("geo_mean", aliases=("gmpo",))
+@register_policy_loss("geo_mean", aliases=("gmpo",), per_sequence=True)
 def geo_mean_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None):
     """GMPO (arXiv 2507.20673; verl ``compute_policy_loss_geo_mean``,
     core_algos.py:1635): the geometric mean of the token ratios, each token's log-ratio clipped to
@@ -546,7 +546,7 @@ def policy_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    loss: str = "vanilla",
+    loss: "str | PolicyLoss" = "vanilla",
     ratio_level: Optional[str] = None,
     agg: str = "token-mean",
     loss_scale_factor: Optional[float] = None,
@@ -593,10 +593,13 @@ def policy_loss(
     if ratio_level not in (None, "token", "sequence"):
         raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
     if ratio_level == "sequence":
-        if str(loss).lower() not in ("vanilla", "ppo", "gspo"):
+        if (loss.name if isinstance(loss, PolicyLoss) else str(loss)).lower() not in ("vanilla", "ppo", "gspo"):
             raise ValueError(f"ratio_level='sequence' is GSPO; it does not combine with loss={loss!r}")
         loss = "gspo"
-    fn = get_policy_loss(loss, **options)
+    if isinstance(loss, PolicyLoss):  # a loss already looked up and validated (the trainer holds one)
+        fn = loss if not options else get_policy_loss(loss.name, **{**loss.options, **options})
+    else:
+        fn = get_policy_loss(loss, **options)
     if agg not in AGG_MODES:
         raise ValueError(f"unknown loss aggregation {agg!r}; choose from {AGG_MODES}")
     m = mask.to(logprob.dtype)
@@ -616,7 +619,7 @@ def policy_loss(
         kl_mat = kl_penalty(logprob, ref_logprob, kl_type)
         if kl_is_correction:
             d = logprob - old_logprob
-            if fn.name == "gspo":
+            if fn.ratio == "sequence":  # the loss's importance ratio is per sequence (GSPO)
                 d = masked_mean(d, m, dim=-1).unsqueeze(-1).expand(shape)
             kl_mat = kl_mat * torch.exp(d)
         kl_loss = agg_loss(kl_mat, m, agg, **norms)

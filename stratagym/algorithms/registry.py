@@ -226,6 +226,20 @@ class Estimator(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    # ---- hooks the trainer calls on every estimator (no-ops here; a stateful modifier overrides them) ----
+    def share_statistics(self, reduce_mean: Callable[[Tensor], Optional[float]]) -> None:
+        """Data-parallel runs: ``reduce_mean(values)`` returns the mean of ``values`` over every process
+        (a collective). An estimator whose state follows the batch (HA-DW's anchor) keeps it and uses it,
+        so each process moves that state as one process would on the global batch."""
+
+    def join_empty(self) -> None:
+        """A process with no rows this step still joins the collectives :meth:`share_statistics` set up
+        (the other processes would wait for it), and moves its state with theirs."""
+
+    def metrics(self) -> dict[str, float]:
+        """The estimator's own diagnostics of the last batch, logged as they are (e.g. ``adv/hadw_anchor``)."""
+        return {}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, level={self.level!r}, config={self.config})"
 
@@ -356,6 +370,15 @@ class EstimatorModifier(Estimator):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state.get("inner", {}))
 
+    def share_statistics(self, reduce_mean: Callable[[Tensor], Optional[float]]) -> None:
+        self.inner.share_statistics(reduce_mean)
+
+    def join_empty(self) -> None:
+        self.inner.join_empty()
+
+    def metrics(self) -> dict[str, float]:
+        return self.inner.metrics()
+
 
 _MODIFIERS: dict[str, type[EstimatorModifier]] = {}
 
@@ -414,19 +437,28 @@ def get_estimator(name: str, **config: Any) -> Estimator:
 
 @dataclass(frozen=True)
 class PolicyLoss:
-    """A registered policy loss with its options: ``loss(x: PGInputs) -> (loss, stats)``."""
+    """A registered policy loss with its options: ``loss(x: PGInputs) -> (loss, stats)``.
+
+    Two facts about a loss that code around it needs, declared at registration instead of matched by name:
+    ``per_sequence`` -- the loss averages over its sequences whatever the token aggregation (GMPO's
+    geometric mean), so a trainer that splits a mini-batch into micro-batches weights each by its share
+    of sequences, not of tokens; ``ratio`` -- ``"token"`` or ``"sequence"``: the importance ratio the loss
+    uses, which the KL correction (``kl_is_correction``) multiplies the per-token KL by (GSPO: sequence).
+    """
 
     name: str
     fn: Callable[..., Any]
     defaults: dict[str, Any]
     options: dict[str, Any]
+    per_sequence: bool = False
+    ratio: str = "token"
 
     def __call__(self, x: Any, **overrides: Any) -> Any:
         _check_loss_options(self.name, self.defaults, overrides)
         return self.fn(x, **{**self.options, **overrides})
 
 
-_LOSSES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {}
+_LOSSES: dict[str, tuple[Callable[..., Any], dict[str, Any], dict[str, Any]]] = {}  # fn, options, metadata
 _LOSS_ALIASES: dict[str, str] = {}
 
 
@@ -438,18 +470,22 @@ def _check_loss_options(name: str, defaults: dict[str, Any], options: dict[str, 
 
 
 def register_policy_loss(
-    name: str, *, aliases: Iterable[str] = (), overwrite: bool = False
+    name: str, *, aliases: Iterable[str] = (), overwrite: bool = False, per_sequence: bool = False,
+    ratio: str = "token",
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator (verl's ``register_policy_loss`` shape) on ``fn(x, *, option=default, ...)``.
 
     ``x`` is a :class:`stratagym.algorithms.losses.PGInputs` (log-probs, advantages, mask, and the
     aggregation to use); the function returns ``(loss, stats)``.  Its keyword options are the
     loss's options.  ``aliases`` are extra names for the same entry (verl's and TRL's names).
+    ``per_sequence`` and ``ratio``: see :class:`PolicyLoss`.
     """
+    if ratio not in ("token", "sequence"):
+        raise ValueError(f"policy loss {name!r}: ratio must be 'token' or 'sequence', got {ratio!r}")
 
     def add(fn: Callable[..., Any]) -> Callable[..., Any]:
         key = _check_key(name, _LOSSES, "policy loss", overwrite)
-        _LOSSES[key] = (fn, _options_of(fn, 1))
+        _LOSSES[key] = (fn, _options_of(fn, 1), {"per_sequence": bool(per_sequence), "ratio": ratio})
         for a in aliases:
             _LOSS_ALIASES[a.lower()] = key
         return fn
@@ -469,9 +505,9 @@ def get_policy_loss(name: str, **options: Any) -> PolicyLoss:
     key = _LOSS_ALIASES.get(key, key)
     if key not in _LOSSES:
         raise UnknownNameError(f"unknown policy loss {name!r}; registered: {list_policy_losses()}")
-    fn, defaults = _LOSSES[key]
+    fn, defaults, meta = _LOSSES[key]
     _check_loss_options(key, defaults, options)
-    return PolicyLoss(key, fn, defaults, {**defaults, **options})
+    return PolicyLoss(key, fn, defaults, {**defaults, **options}, **meta)
 
 
 def __getattr__(name: str) -> Any:

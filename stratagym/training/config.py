@@ -145,7 +145,7 @@ class LossConfig:
                               f"its options: {sorted(declared)}")
         clip = {k: getattr(self, k) for k in ("clip_low", "clip_high", "clip_c") if k in declared}
         if self.clip_c is None:
-            clip.pop("clip_c", None)  # the loss's own default (off for vanilla/gspo, 20 for DPPO's cap)
+            clip.pop("clip_c", None)  # the loss's own default (off for vanilla/gspo, 3 for DPPO's cap, as verl)
         return {**clip, **dict(self.options)}
 
 

@@ -61,7 +61,7 @@ from stratagym.training.checkpoint import (
 from stratagym.training.config import RecipeConfig
 from stratagym.algorithms.advantages import gae
 from stratagym.algorithms.losses import policy_loss, value_loss
-from stratagym.algorithms.registry import get_estimator
+from stratagym.algorithms.registry import get_estimator, get_policy_loss
 from stratagym.training.rollout import (
     RolloutBatch,
     RolloutCollector,
@@ -220,6 +220,9 @@ class Trainer:
 
             check_policy_for_env(self.policy, config.env.id)
         self.estimator = get_estimator(config.algorithm.estimator, **dict(config.algorithm.estimator_kwargs))
+        #: the policy loss, looked up and validated once (its options, and what the update needs to know
+        #: of it: ``per_sequence``, ``ratio``); each micro-batch calls it, never a name
+        self.loss_fn = get_policy_loss(config.loss.loss_name(), **config.loss.loss_options())
         share_batch_statistics(self.estimator, self.accelerator)
         self.reference = self.policy.frozen_copy() if config.loss.kl_coef > 0 else None
         self.rng = np.random.default_rng(tc.seed)
@@ -457,9 +460,7 @@ class Trainer:
         metrics["adv/mean"] = float(adv.mean()) if adv.numel() else 0.0
         metrics["adv/std"] = float(adv.std()) if adv.numel() > 1 else 0.0
         metrics["adv/nonzero"] = float((adv != 0).float().mean()) if adv.numel() else 0.0
-        hadw = getattr(self.estimator, "hadw", None)
-        if hadw is not None and hadw.last_anchor is not None:
-            metrics["adv/hadw_anchor"] = float(hadw.last_anchor)
+        metrics.update(self.estimator.metrics())  # the estimator's own diagnostics (HA-DW's anchor)
         payloads = [s.payload for s in samples]
         oc = cfg.optim
         n = len(payloads)
@@ -644,12 +645,11 @@ class Trainer:
         ref_lp = padded(ref_all) if ref_all is not None else None
         a = adv[chunk].to(dev)
         loss, stats = policy_loss(
-            lp, old_lp, a, mask, loss=lc.loss_name(), agg=lc.agg, loss_scale_factor=lc.loss_scale_factor,
+            lp, old_lp, a, mask, loss=self.loss_fn, agg=lc.agg, loss_scale_factor=lc.loss_scale_factor,
             ref_logprob=ref_lp, kl_coef=lc.kl_coef, kl_type=lc.kl_type, kl_is_correction=lc.kl_is_correction,
             entropy=res.entropy.float() if res.entropy is not None else None, entropy_coef=lc.entropy_coef,
-            **lc.loss_options(),
         )
-        if lc.loss_name() == "geo_mean":  # averages its sequences whatever the aggregation
+        if self.loss_fn.per_sequence:  # averages its sequences whatever the aggregation (GMPO)
             share = len(chunk) / max(rows_mb, 1e-12)
         elif lc.agg == "token-sum":
             share = float(self.accelerator.num_processes)  # sums add up; DDP's mean divides by processes
@@ -850,8 +850,7 @@ def share_batch_statistics(estimator: Any, accelerator: Any) -> None:
     processes would hold N different anchors. Its ``reduce_mean`` hook sums (reward, count) over the
     processes, so every process moves its anchor exactly as one process would on the global batch.
     """
-    hadw = getattr(estimator, "hadw", None)
-    if hadw is None or accelerator.num_processes == 1:
+    if accelerator.num_processes == 1:
         return
     end_process_group_at_exit(accelerator)
 
@@ -861,7 +860,7 @@ def share_batch_statistics(estimator: Any, accelerator: Any) -> None:
         total = accelerator.reduce(local, reduction="sum")
         return None if float(total[1]) == 0 else float(total[0]) / float(total[1])
 
-    hadw.reduce_mean = reduce_mean
+    estimator.share_statistics(reduce_mean)  # a no-op for estimators whose state does not follow the batch
 
 
 def estimate_advantages(estimator: Any, rows: Any) -> torch.Tensor:
@@ -872,9 +871,7 @@ def estimate_advantages(estimator: Any, rows: Any) -> torch.Tensor:
     if len(rows) == 0 and getattr(rows, "gather", None) is not None and getattr(estimator, "batch_wide", False):
         return estimator(rows)
     if len(rows) == 0:
-        hadw = getattr(estimator, "hadw", None)
-        if hadw is not None and hadw.reduce_mean is not None:
-            hadw(torch.zeros(0), torch.zeros(0), torch.zeros(0, dtype=torch.long))
+        estimator.join_empty()
         return torch.zeros(0)
     return estimator(rows)
 
