@@ -41,9 +41,11 @@ test: setup setup-vllm
 	cat build/vllm-tests.log; vllm=$$(cat build/vllm-tests.rc); \
 	echo "main suite exit $$main, vLLM suite exit $$vllm"; test $$main -eq 0 && test $$vllm -eq 0
 
-bench: setup
-	@# llm_learning.py is the RL study (hours of CPU; run it by hand, docs/llm-learning.md), not a speed figure
-	@for f in benchmarks/*.py; do case $$f in *llm_learning.py) continue;; esac; echo "== $$f"; $(PY) $$f || exit 1; done
+bench: setup setup-vllm
+	@# llm_learning.py is the RL study (hours of CPU; run it by hand, docs/llm-learning.md), not a speed figure;
+	@# vllm*.py need vLLM, so they run in .venv-vllm
+	@for f in benchmarks/*.py; do case $$f in *llm_learning.py) continue;; esac; echo "== $$f"; \
+	  case $$f in benchmarks/vllm*) $(VPY) $$f || exit 1;; *) $(PY) $$f || exit 1;; esac; done
 
 setup: $(STAMP) $(SYSSTAMP)
 
