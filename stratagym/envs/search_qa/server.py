@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
+from stratagym.envs.security import SecurityHeaders
 
 __all__ = ["create_app", "MicroBatcher", "serve_in_thread", "run_server", "ServerLimits"]
 
@@ -179,6 +180,7 @@ def create_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> A
 
     app = FastAPI(title="stratagym retrieval server", lifespan=lifespan)
     app.state.batcher = batcher
+    app.add_middleware(SecurityHeaders)  # nosniff + a CSP on every response (queries are echoed in errors)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -17,6 +17,9 @@ URLs (``<sid>`` a session id)::
     POST /s/<sid>/buy/<asin>?q=&page=&opt=   purchase: the score page
     GET  /s/<sid>/state.json                 the session's goal id, searches, purchase and score
 
+Every response carries ``X-Content-Type-Options: nosniff`` and a Content-Security-Policy (pages: no script;
+JSON: nothing), so a purchased option's text in ``state.json`` is never sniffed into running markup.
+
 The server binds 127.0.0.1 unless told otherwise (``stratagym serve webshop --host``).
 """
 
@@ -34,11 +37,15 @@ from urllib.parse import urlencode, quote
 from flask import Flask, abort, redirect, render_template, request
 from markupsafe import escape
 
+from stratagym.envs.security import add_flask_security_headers
 from stratagym.envs.webshop.site import Page, ShopSite, View
 
 __all__ = ["create_app", "ServerThread", "view_url"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+#: The pages need their inline <style>, a data: favicon and forms posting back here; no script at all.
+HTML_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
+            "base-uri 'none'; frame-ancestors 'none'")
 MAX_SESSIONS = 10_000
 
 
@@ -126,6 +133,7 @@ def _page_no(raw: str | None) -> int:
 def create_app(site: ShopSite, *, split: str = "all") -> Flask:
     """A Flask app serving ``site``; sessions draw goals from ``split``."""
     app = Flask(__name__, template_folder=str(TEMPLATES))
+    add_flask_security_headers(app, HTML_CSP)
     sessions = SessionStore()
     catalog = site.catalog
     task_ids = catalog.task_ids(split)
