@@ -45,6 +45,7 @@ import random
 import sys
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -199,6 +200,25 @@ def _lr_lambda(kind: str, warmup: int, total: int) -> Callable[[int], float]:
         return 1.0 - frac if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
 
     return fn
+
+
+@dataclass
+class UpdateData:
+    """What the micro-batches of one update read, each list or tensor indexed by sample.
+
+    ``old``: log-probs of the samples before the update (computed when several updates share a batch;
+    None: the micro-batch's own detached forward serves); ``ref``: the reference policy's log-probs (KL
+    penalty; None without one); ``old_values`` / ``returns``: the critic's ``V_old`` and the GAE value
+    targets (PPO with a critic; None otherwise). A process with no sample trains on a stand-in of the
+    same shape (:meth:`Trainer._stand_in`).
+    """
+
+    payloads: list[Any]
+    advantages: torch.Tensor
+    old: Optional[list[torch.Tensor]] = None
+    ref: Optional[list[torch.Tensor]] = None
+    old_values: Optional[torch.Tensor] = None
+    returns: Optional[torch.Tensor] = None
 
 
 class Trainer:
@@ -423,7 +443,7 @@ class Trainer:
             return self.rng
         return np.random.default_rng([self.config.train.seed, self.step, self.accelerator.process_index])
 
-    def _stand_in(self, payload: Any, n_micro: int) -> Optional[tuple]:
+    def _stand_in(self, payload: Any, n_micro: int) -> Optional["UpdateData"]:
         """For a process with no sample while others train (``n_micro > 0``): a payload borrowed from
         the first process that has one, with zero advantage and neutral references, so it can run the
         same backward passes (its loss is multiplied by 0) and DDP's all-reduce does not wait forever.
@@ -441,7 +461,7 @@ class Trainer:
         if payload is not None:
             return None
         zero = torch.zeros(1)
-        return ([box[0]], zero, None, [zero] if self.reference is not None else None, zero, zero)
+        return UpdateData([box[0]], zero, None, [zero] if self.reference is not None else None, zero, zero)
 
     def _gather_stats(self, t: torch.Tensor) -> torch.Tensor:
         """Every process's 1-D statistics ``t``, stacked ``(processes, len(t))`` (``AdvantageBatch.gather``:
@@ -495,6 +515,7 @@ class Trainer:
         if self.critic is not None:
             self.critic.train()
         mbs = oc.micro_batch_size
+        data = UpdateData(payloads, adv, old, ref_all, old_values, returns)
         for epoch in range(oc.ppo_epochs):
             order = np.arange(n) if not multi_update else self._permutation_rng().permutation(n)
             # as many mini-batches (maybe empty) on every process: each runs collectives
@@ -514,7 +535,7 @@ class Trainer:
                 for ci in range(max(n_micro, 1)):
                     real = ci < len(chunks) and len(chunks[ci]) > 0
                     chunk = chunks[ci] if real else (chunks[0] if chunks and chunks[0] else None)
-                    src = (payloads, adv, old, ref_all, old_values, returns)
+                    src = data
                     if chunk is None and stand_in is not None:
                         chunk, src = [0], stand_in
                     if chunk is None:
@@ -526,11 +547,11 @@ class Trainer:
                         if self.critic is not None:
                             ctx.enter_context(self.accelerator.no_sync(self.critic.model))
                     with ctx:
-                        loss, stats, share = self._micro_loss(chunk, src[0], src[1], src[2], src[3], tokens_mb, rows_mb,
+                        loss, stats, share = self._micro_loss(chunk, src, tokens_mb, rows_mb,
                                                               scores_out=pre_update if (real and not parity_done and old is None) else None)
                         total = loss * share
                         if self.critic is not None:  # no shared parameters: one backward trains both
-                            vloss, vstats = self._micro_value_loss(chunk, src[0], src[4], src[5])
+                            vloss, vstats = self._micro_value_loss(chunk, src)
                             total = total + vloss * (len(chunk) / max(rows_mb, 1e-12))
                             stats.update(vstats)
                         if not real:
@@ -586,15 +607,14 @@ class Trainer:
                          lam=float(opts.get("lam", 1.0)))
         return values, returns.float()
 
-    def _micro_value_loss(self, chunk: list[int], payloads: list[Any], old_values: torch.Tensor,
-                          returns: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _micro_value_loss(self, chunk: list[int], data: "UpdateData") -> tuple[torch.Tensor, dict[str, float]]:
         """PPO's clipped value loss on one micro-batch (one value per turn: ``(n, 1)`` with a full mask)."""
         with self.accelerator.autocast():
-            v = self.critic.values([payloads[i] for i in chunk]).float()
+            v = self.critic.values([data.payloads[i] for i in chunk]).float()
         vpred = v[:, None]
         idx = torch.as_tensor(chunk, dtype=torch.long)
-        ret = returns[idx].to(vpred.device)[:, None]
-        old = old_values[idx].to(vpred.device)[:, None]
+        ret = data.returns[idx].to(vpred.device)[:, None]
+        old = data.old_values[idx].to(vpred.device)[:, None]
         loss, stats = value_loss(vpred, ret, old, torch.ones_like(vpred, dtype=torch.bool),
                                  cliprange_value=self.config.critic.cliprange_value, agg="token-mean")
         return loss, stats  # logged as loss/vf_loss, loss/vf_clipfrac, loss/vpred_mean
@@ -634,14 +654,16 @@ class Trainer:
         check_parity(report, step=self.step + 1, parity_max=rc.parity_max, describe=describe)
         return report.metrics() if report is not None else {}
 
-    def _micro_loss(self, chunk, payloads, adv, old, ref_all, tokens_mb, rows_mb, scores_out=None):
-        """Loss of one micro-batch; ``scores_out`` (sample index -> its scored log-probs, detached)
-        collects the forward's log-probs for the parity check."""
+    def _micro_loss(self, chunk: list[int], data: "UpdateData", tokens_mb: float, rows_mb: float,
+                    scores_out: Optional[dict[int, torch.Tensor]] = None) -> tuple[torch.Tensor, dict[str, float], float]:
+        """Loss of the samples ``chunk`` of ``data`` and the share of the mini-batch it stands for;
+        ``scores_out`` (sample index -> its scored log-probs, detached) collects the forward's log-probs
+        for the parity check."""
         from stratagym.agents.policy import pad_right
 
         lc = self.config.loss
         with self.accelerator.autocast():
-            res = self.policy.sequence_log_probs([payloads[i] for i in chunk], with_entropy=lc.entropy_coef > 0)
+            res = self.policy.sequence_log_probs([data.payloads[i] for i in chunk], with_entropy=lc.entropy_coef > 0)
         lp = res.logprobs.float()
         mask = res.mask
         if scores_out is not None:
@@ -656,9 +678,9 @@ class Trainer:
                 mat = torch.nn.functional.pad(mat, (0, T - mat.shape[1]))
             return mat[:, :T].to(dev)
 
-        old_lp = padded(old) if old is not None else lp.detach()
-        ref_lp = padded(ref_all) if ref_all is not None else None
-        a = adv[chunk].to(dev)
+        old_lp = padded(data.old) if data.old is not None else lp.detach()
+        ref_lp = padded(data.ref) if data.ref is not None else None
+        a = data.advantages[chunk].to(dev)
         loss, stats = policy_loss(
             lp, old_lp, a, mask, loss=self.loss_fn, agg=lc.agg, loss_scale_factor=lc.loss_scale_factor,
             ref_logprob=ref_lp, kl_coef=lc.kl_coef, kl_type=lc.kl_type, kl_is_correction=lc.kl_is_correction,
