@@ -34,6 +34,7 @@ CLI_PLUGINS = (
     "stratagym.envs.search_qa.cli",
     "stratagym.envs.alfworld.cli",
     "stratagym.envs.webshop.cli",
+    "stratagym.envs.openenv.cli",
     "stratagym.agents.cli",
     "stratagym.training.cli",
     "stratagym.training.sft_cli",
