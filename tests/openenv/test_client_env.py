@@ -16,7 +16,7 @@ import pytest
 
 import stratagym  # noqa: F401  (registers the envs)
 from stratagym.agents.scripted import ScriptedPolicy
-from stratagym.envs.core import EpisodeKey
+from stratagym.envs.core import EpisodeKey, stable_hash
 from stratagym.envs.openenv.client_env import OpenEnvError
 from stratagym.envs.openenv.server import create_server_app, serve_in_thread
 from stratagym.envs.registry import agent_env_kwargs, make_agent
@@ -213,3 +213,62 @@ def test_bad_configuration_is_a_config_error_naming_the_fix(kwargs, fragment):
 
     with pytest.raises(ConfigError, match=fragment):
         gym.make(OPENENV, **kwargs)
+
+
+# ---- a server with a multi-field action schema: the agent writes JSON, checked against the schema -------
+
+
+def _counter_app():
+    """A small OpenEnv env written against openenv-core's own interfaces and served by its create_app."""
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, Observation, State
+
+    class CountAction(Action):
+        word: str
+        times: int
+
+    class CountObservation(Observation):
+        said: str
+        total: int
+
+    class CountEnv(Environment):
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self):
+            super().__init__()
+            self.total = 0
+
+        def reset(self, seed=None, episode_id=None, start=0, **kwargs):
+            self.total = int(start)
+            return CountObservation(said=f"start at {self.total}", total=self.total, reward=None, done=False)
+
+        def step(self, action, timeout_s=None, **kwargs):
+            self.total += action.times
+            return CountObservation(said=" ".join([action.word] * action.times), total=self.total,
+                                    reward=float(action.times), done=self.total >= 5)
+
+        @property
+        def state(self):
+            return State(step_count=self.total)
+
+    return create_app(CountEnv, CountAction, CountObservation, max_concurrent_envs=4)
+
+
+def test_actions_follow_a_multi_field_schema_and_bad_json_is_an_invalid_step():
+    srv = serve_in_thread(_counter_app())
+    env = gym.make(OPENENV, base_url=srv.url, tasks=[{"start": 0}, {"start": 3}], observation_field="said")
+    try:
+        assert list(env.unwrapped.task_ids()) == ['{"start": 0}', '{"start": 3}']
+        obs, info = env.reset(seed=0, options={"task_id": '{"start": 3}'})
+        assert obs == "start at 3"
+        for bad in ["hello", "[1, 2]", '{"word": "a"}', '{"word": "a", "times": "2"}', '{"word": "a", "times": 1, "x": 0}',
+                    '{"word": "a", "times": true}']:
+            obs2, reward, term, trunc, info2 = env.step(bad)
+            assert not info2["action_valid"] and obs2.startswith("Invalid action:") and reward == 0.0 and not term
+        obs3, reward, term, trunc, info3 = env.step('{"word": "hi", "times": 2}')
+        assert obs3 == "hi hi" and reward == 2.0 and term and not trunc and info3["action_valid"]
+        assert info3["step"] == 7 and info3["state_hash"] == stable_hash("hi hi")
+    finally:
+        env.close()
+        srv.stop()
