@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from stratagym.training import trainer as trainer_module
+from stratagym.training import distributed
 from tests.scale.conftest import accelerate_launch
 
 pytest.importorskip("accelerate")
@@ -38,20 +38,20 @@ def test_two_processes_end_gloo_before_the_interpreter_finalizes(setup):
 
 def test_exit_hook_is_registered_once_and_only_for_several_processes(monkeypatch):
     registered = []
-    monkeypatch.setattr(trainer_module, "_END_AT_EXIT", False)
-    monkeypatch.setattr(trainer_module, "_DISTRIBUTED_TRAINERS", trainer_module.weakref.WeakSet())
-    monkeypatch.setattr(trainer_module.atexit, "register", registered.append)
+    monkeypatch.setattr(distributed, "_END_AT_EXIT", False)
+    monkeypatch.setattr(distributed, "_DISTRIBUTED_TRAINERS", distributed.weakref.WeakSet())
+    monkeypatch.setattr(distributed.atexit, "register", registered.append)
     one, several = SimpleNamespace(num_processes=1), SimpleNamespace(num_processes=2)
 
     class Owner:  # weak-referenceable stand-in for a Trainer
         pass
 
     alone, shard = Owner(), Owner()
-    trainer_module.end_process_group_at_exit(one, alone)
-    assert registered == [] and list(trainer_module._DISTRIBUTED_TRAINERS) == []
-    trainer_module.end_process_group_at_exit(several, shard)
-    trainer_module.end_process_group_at_exit(several)
-    assert registered == [trainer_module._end_process_group]  # once per process
-    assert list(trainer_module._DISTRIBUTED_TRAINERS) == [shard]
+    distributed.end_process_group_at_exit(one, alone)
+    assert registered == [] and list(distributed._DISTRIBUTED_TRAINERS) == []
+    distributed.end_process_group_at_exit(several, shard)
+    distributed.end_process_group_at_exit(several)
+    assert registered == [distributed._end_process_group]  # once per process
+    assert list(distributed._DISTRIBUTED_TRAINERS) == [shard]
     del shard
-    assert list(trainer_module._DISTRIBUTED_TRAINERS) == []  # the registry does not keep trainers alive
+    assert list(distributed._DISTRIBUTED_TRAINERS) == []  # the registry does not keep trainers alive
