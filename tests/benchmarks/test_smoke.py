@@ -42,6 +42,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
                         r"finished grpo-s0 \(exit 0\)[\s\S]*\| grpo \| 0 \| 1 \|"),
     "multiturn_reuse.py": (["--smoke", "--steps", "1", "--warmup", "0"],
                            r"rollouts identical in tokens and returns in \d of 1 steps"),
+    # the oracle's episodes replayed in-process and through `stratagym serve env` in another process
+    "openenv_server.py": (["--smoke"], r"ratio \d+\.\d; transcripts identical: True"),
     "ray_rollout.py": (["--tasks", "1", "--group", "2", "--steps", "3", "--repeats", "1", "--workers", "1",
                         "--noop-calls", "2"], r"ray/inprocess: "),
     # bm25s and dense (flat) only: the pyserini backend and the server section start a JVM
