@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from stratagym.agents.policy import Turn
 
@@ -86,7 +86,8 @@ class PromptTemplate:
 
     ``build(observation, info, history, memory_k)`` returns chat messages (``[{"role", "content"}]``);
     ``stop`` lists strings that end generation (kept in the response); ``parse`` maps a response to a
-    :class:`ParsedAction`.
+    :class:`ParsedAction`; ``format_action`` writes a bare expert action (a planner's command) as a
+    response in this format, for demonstrations (None: the action is the response).
     """
 
     name: str
@@ -95,6 +96,7 @@ class PromptTemplate:
     stop: tuple[str, ...] = ()
     system: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    format_action: Optional[Callable[[str], str]] = None
 
 
 # ---- Search-R1 --------------------------------------------------------------------------------------
@@ -186,7 +188,13 @@ def _build_plain(observation: str, info: dict[str, Any], history: Sequence[Turn]
 
 
 SEARCH_R1 = PromptTemplate("search_r1", _build_search_r1, parse_search_r1, stop=("</search>", "</answer>"))
-THINK_ACTION = PromptTemplate("think_action", _build_think_action, parse_think_action, stop=("</action>",))
+def _format_think_action(action: str) -> str:
+    """A bare expert action in think/action tags; the think text only restates the expert's choice."""
+    return f"<think>The expert plan's next step is to {action}.</think>\n<action> {action} </action>"
+
+
+THINK_ACTION = PromptTemplate("think_action", _build_think_action, parse_think_action, stop=("</action>",),
+                              format_action=_format_think_action)
 PLAIN = PromptTemplate("plain", _build_plain, parse_plain, stop=())
 
 TEMPLATES: dict[str, PromptTemplate] = {t.name: t for t in (SEARCH_R1, THINK_ACTION, PLAIN)}

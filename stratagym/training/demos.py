@@ -107,15 +107,14 @@ def expert_completion(template: PromptTemplate, action: str) -> str:
     """The expert's action as a model response in ``template``'s format.
 
     An action that already parses as well-formed for the template (the SearchQA oracle writes full
-    Search-R1 turns) is kept as written. A bare action (ALFWorld planner, WebShop oracle) is wrapped in
-    the think/action tags; the think text only restates the expert's choice.
+    Search-R1 turns) is kept as written. A bare action (ALFWorld planner, WebShop oracle) is written the
+    way the template says (``PromptTemplate.format_action``: think/action tags whose think text only
+    restates the expert's choice).
     """
     action = action.strip()
-    if template.parse(action).format_ok:
+    if template.parse(action).format_ok or template.format_action is None:
         return action
-    if template.name == "think_action":
-        return f"<think>The expert plan's next step is to {action}.</think>\n<action> {action} </action>"
-    return action
+    return template.format_action(action)
 
 
 def _accepts_split(env_id: str, env_kwargs: dict[str, Any]) -> bool:
