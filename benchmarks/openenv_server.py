@@ -7,7 +7,7 @@ recorded; then each repeat replays them (reset + steps) on the bare env in this 
 rewards, ends, info) are compared, and the ratio in-process / server is reported per repeat and as the
 median. (OpenEnv's HTTP ``/step`` is stateless, a fresh env per request, so episodes are WebSocket-only.)
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/openenv_server.py [--envs ID,ID] [--tasks 20] [--repeats 3]``;
+Run: ``OMP_NUM_THREADS=1 python benchmarks/openenv_server.py [--envs ID,ID] [--tasks 20] [--rounds 10] [--repeats 3]``;
 ``--smoke`` runs one synthetic env, 2 tasks, 1 repeat.
 """
 
@@ -88,7 +88,7 @@ def start_server(env_id: str, kwargs: dict) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"the server for {env_id} did not start in 120 s")
 
 
-def bench(env_id: str, n_tasks: int, repeats: int) -> None:
+def bench(env_id: str, n_tasks: int, repeats: int, rounds: int = 10) -> None:
     kwargs = agent_env_kwargs(env_id, "oracle")
     episodes = record(env_id, kwargs, n_tasks)
     local = gym.make(env_id, **kwargs).unwrapped  # bare envs both sides: the wrappers' checks are not timed
@@ -98,11 +98,11 @@ def bench(env_id: str, n_tasks: int, repeats: int) -> None:
         replay(local, episodes[:1]), replay(remote, episodes[:1])  # warm-up: imports, connection, caches
         ratios = []
         for r in range(repeats):
-            t_local, steps, a = replay(local, episodes)
-            t_remote, _, b = replay(remote, episodes)
+            t_local, steps, a = replay(local, episodes * rounds)
+            t_remote, _, b = replay(remote, episodes * rounds)
             same = a == b
             ratios.append((steps / t_local) / (steps / t_remote))
-            print(f"{env_id} repeat {r + 1}: {steps} steps; in-process {steps / t_local:,.0f} steps/s, "
+            print(f"{env_id} repeat {r + 1}: {steps} steps (+ {len(episodes) * rounds} resets, timed too); in-process {steps / t_local:,.0f} steps/s, "
                   f"OpenEnv server (WebSocket, loopback) {steps / t_remote:,.0f} steps/s; "
                   f"ratio {ratios[-1]:.1f}; transcripts identical: {same}")
             if not same:
@@ -123,12 +123,13 @@ def main() -> None:
     ap.add_argument("--envs", default=DEFAULT_ENVS, help="comma-separated env ids (each needs an oracle agent)")
     ap.add_argument("--tasks", type=int, default=20, help="episodes per repeat (one per task)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=10, help="times the episodes are replayed per repeat")
     ap.add_argument("--smoke", action="store_true", help="one synthetic env, 2 tasks, 1 repeat")
     args = ap.parse_args()
     if args.smoke:
-        args.envs, args.tasks, args.repeats = "stratagym/SearchStrata-v0", 2, 1
+        args.envs, args.tasks, args.repeats, args.rounds = "stratagym/SearchStrata-v0", 2, 1, 1
     for env_id in args.envs.split(","):
-        bench(env_id.strip(), args.tasks, args.repeats)
+        bench(env_id.strip(), args.tasks, args.repeats, args.rounds)
 
 
 if __name__ == "__main__":
