@@ -212,3 +212,15 @@ def test_cli_user_errors_exit_2_with_the_fix_and_no_traceback(args, fragment):
                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 2, out.stderr[-2000:]
     assert fragment in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("field", ["task_id", "task_index", "episode_id", "seed", "nonsense"])
+def test_hostile_reset_arguments_over_http_are_4xx_or_an_observation(server, field):
+    values = BAD_TEXT + [None, 1e308, -1, 2**70, True, [1], {"a": 1}, "\ud800"]
+    for value in values:
+        body = json.dumps({field: value}).encode()  # json.dumps escapes lone surrogates; the server must cope
+        r = httpx.post(server.url + "/reset", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 200 or 400 <= r.status_code < 500, (field, value, r.status_code, r.text[:300])
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["content-type"].startswith("application/json")
+        if r.status_code == 200:
+            assert r.json()["observation"]["info"]["step"] == 0
