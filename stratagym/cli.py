@@ -110,17 +110,12 @@ def _load_plugins() -> None:
         module.register(app, GROUPS)
 
 
-#: Exceptions that mean "what the user asked for cannot be done" (module, class): printed as one
-#: message and exit code 2, never a traceback, whichever command raised them. A class is only looked
-#: up when its module is already imported (a raised exception's module always is), so this costs nothing.
+#: Exceptions that mean "what the user asked for cannot be done": :class:`stratagym.errors.UserError` (the
+#: base of every stratagym user error, whatever the layer) and gymnasium's unknown-env errors (module,
+#: class; looked up only when gymnasium is imported, which a raised one always is). Printed as one
+#: message with exit code 2, never a traceback, whichever command raised them.
 USER_ERRORS = (
-    ("stratagym.errors", "ConfigError"),
-    ("stratagym.eval.records", "RecordError"),
-    ("stratagym.eval.agents", "AgentSpecError"),
-    ("stratagym.eval.harness", "EvalError"),
-    ("stratagym.eval.suite", "SuiteError"),
-    ("stratagym.leaderboard.validate", "SubmissionError"),
-    ("stratagym.bench.runner", "BenchError"),
+    ("stratagym.errors", "UserError"),
     ("gymnasium.error", "NamespaceNotFound"),
     ("gymnasium.error", "NameNotFound"),
     ("gymnasium.error", "VersionNotFound"),

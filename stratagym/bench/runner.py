@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from stratagym.errors import UserError
 from stratagym.paths import slug
 from stratagym.eval.suite import AlgorithmEntry, Suite, TrainSection, load_suite
 
 __all__ = ["BenchError", "BenchResult", "run_bench", "recipe_for_run"]
 
 
-class BenchError(RuntimeError):
+class BenchError(UserError, RuntimeError):
     """A bench that cannot run (no env of the suite is available, a recipe the trainer refuses...)."""
 
 

@@ -25,12 +25,13 @@ from typing import Any
 
 import gymnasium as gym
 
+from stratagym.errors import UserError
 from stratagym.eval.records import content_hash_path, content_hash_text
 
 __all__ = ["AgentSpec", "AgentSpecError", "parse_agent_spec", "build_agent", "resolve_checkpoint"]
 
 
-class AgentSpecError(ValueError):
+class AgentSpecError(UserError, ValueError):
     """An agent spec that cannot be parsed or loaded; the message says what to type instead."""
 
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 
+from stratagym.errors import UserError
 from stratagym.eval.agents import AgentSpec, AgentSpecError, build_agent, parse_agent_spec, scripted_env_kwargs
 from stratagym.eval.aggregate import aggregate
 from stratagym.envs.hints import env_kwarg_message, unknown_env_message
@@ -47,7 +48,7 @@ __all__ = ["EvalConfig", "EvalError", "evaluate", "build_record", "progress_path
 PROGRESS_SUFFIX = ".progress.jsonl"
 
 
-class EvalError(RuntimeError):
+class EvalError(UserError, RuntimeError):
     """An eval that cannot run as asked (unknown env or split, a progress file of another eval...)."""
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from stratagym.atomic import write_json_atomic  # re-exported: records are written with it
+from stratagym.errors import UserError
 
 __all__ = [
     "SCHEMA",
@@ -70,7 +71,7 @@ _REQUIRED_ENV = ("id", "version", "data_hash")
 _REQUIRED_METRIC = ("value", "n", "ci_low", "ci_high")
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A result record that cannot be read or does not follow the schema."""
 
 

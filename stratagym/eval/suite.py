@@ -36,10 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stratagym.errors import UserError
+
 __all__ = ["EvalEntry", "AlgorithmEntry", "Baseline", "TrainSection", "Suite", "SuiteError", "load_suite"]
 
 
-class SuiteError(ValueError):
+class SuiteError(UserError, ValueError):
     """A suite file that cannot be used; the message names the file and the field."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Mapping
 
+from stratagym.errors import UserError
 from stratagym.eval.records import schema_problems as record_problems
 from stratagym.leaderboard.schema import schema_problems
 
@@ -27,7 +28,7 @@ STANDARD_SPLITS = frozenset(
 )
 
 
-class SubmissionError(ValueError):
+class SubmissionError(UserError, ValueError):
     """A record the leaderboard refuses; ``problems`` lists every reason (the message joins them)."""
 
     def __init__(self, problems: list[str] | str, *, record_id: str | None = None):
