@@ -94,6 +94,7 @@ class HFGenerator:
 
     ``get_model()`` returns the (possibly accelerate-wrapped) model at call time so the generator always
     samples from the current weights; no copy, no sync needed. With ``fused=True`` (default) Llama/Qwen2
+    models on CPU in float32 (``"force"``: any device and dtype, where it has not been checked)
     models decode through :class:`stratagym.agents.fused_decode.FusedDecoder` (same maths, static KV
     cache, shared prompts prefilled once); other models, and ``fused=False``, call the transformers
     model once per token with a ``DynamicCache``. Both paths share the sampling and stopping code.
@@ -106,7 +107,7 @@ class HFGenerator:
     random stream is the same).
     """
 
-    def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: bool = True,
+    def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: "bool | str" = True,
                  prefix_cache: bool = True, drop_finished_rows: bool = True):
         from stratagym.agents.prefix_cache import PrefixCache
 
@@ -227,7 +228,7 @@ class HFGenerator:
         device = next(model.parameters()).device
         B = len(prompt_ids)
         try:
-            decoder = fused_decoder_for(model) if self.fused else None
+            decoder = fused_decoder_for(model, force=self.fused == "force") if self.fused else None
             if decoder is not None:
                 logits, step, starts = self._prefill_fused(model, decoder, prompt_ids, cfg.max_new_tokens)
             else:

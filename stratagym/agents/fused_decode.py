@@ -43,8 +43,15 @@ def _rope_type(cfg: Any) -> str:
     return str(rp.get("rope_type", rp.get("type", "default")) or "default")
 
 
-def unsupported_reason(model: torch.nn.Module) -> Optional[str]:
-    """None when :class:`FusedDecoder` reproduces ``model``'s forward exactly, else why not."""
+#: (device type, dtype) pairs where the fused decoder has been checked against the transformers forward
+#: (tests/agents/test_fused_decode.py). Elsewhere (CUDA, bf16/fp16) it has never run, so it stays off
+#: unless forced (``policy.fused_decode: force``), and the transformers forward decodes.
+VERIFIED = frozenset({("cpu", torch.float32)})
+
+
+def unsupported_reason(model: torch.nn.Module, *, force: bool = False) -> Optional[str]:
+    """None when :class:`FusedDecoder` reproduces ``model``'s forward exactly, else why not. ``force``
+    also allows devices and dtypes outside :data:`VERIFIED`."""
     name = type(model).__name__
     if name not in _ARCHS:
         return f"architecture {name} (fused decoding covers {', '.join(_ARCHS)})"
@@ -70,12 +77,16 @@ def unsupported_reason(model: torch.nn.Module) -> Optional[str]:
         return "replaced linear layers (LoRA, quantisation)"
     if type(inner.embed_tokens) is not torch.nn.Embedding:
         return "replaced embedding"
+    weight = model.lm_head.weight
+    if not force and (weight.device.type, weight.dtype) not in VERIFIED:
+        return (f"{weight.device.type} / {weight.dtype}: fused decoding has only been checked on CPU in float32 "
+                "(policy.fused_decode: force uses it anyway)")
     return None
 
 
-def fused_decoder_for(model: torch.nn.Module) -> Optional["FusedDecoder"]:
+def fused_decoder_for(model: torch.nn.Module, *, force: bool = False) -> Optional["FusedDecoder"]:
     """A :class:`FusedDecoder` over ``model``'s current weights, or None if it is not supported."""
-    return None if unsupported_reason(model) is not None else FusedDecoder(model)
+    return None if unsupported_reason(model, force=force) is not None else FusedDecoder(model)
 
 
 @dataclass

@@ -65,9 +65,10 @@ class LLMConfig:
     template (``search_r1``, ``think_action``, ``plain``); default by env family. ``memory_k``: earlier
     turns kept in the prompt. ``max_prompt_tokens``: longer prompts keep their last tokens.
     ``lora``: peft LoRA settings (``r``, ``alpha``, ``dropout``, ``target_modules``) or None for full
-    fine-tuning. ``fused_decode``: the ``hf`` backend samples Llama/Qwen2 models through the fused
-    static-KV-cache forward (:mod:`stratagym.agents.fused_decode`; exact, several times faster on small
-    models); False always calls the transformers model per token. ``prefix_cache``: with fused decoding,
+    fine-tuning. ``fused_decode``: the ``hf`` backend samples Llama/Qwen2 models on CPU in float32 through the
+    fused static-KV-cache forward (:mod:`stratagym.agents.fused_decode`; exact, several times faster on small
+    models); False always calls the transformers model per token; ``force`` also uses it on GPUs and in
+    bf16/fp16, where it has not been checked. ``prefix_cache``: with fused decoding,
     a call's prompts that extend a row of the previous call (the next turn of a multi-turn rollout: the
     last prompt, its response, the new observation) run only their new tokens, reusing the previous
     call's keys and values while the weights are unchanged (:mod:`stratagym.agents.prefix_cache`; the
@@ -105,7 +106,7 @@ class LLMConfig:
     lora: Optional[dict[str, Any]] = None
     gradient_checkpointing: bool = False
     logprob_chunk: Optional[int] = None
-    fused_decode: bool = True
+    fused_decode: "bool | str" = True
     prefix_cache: bool = True
     shared_prompt_scoring: bool = True
     shared_history_scoring: bool = True
@@ -122,6 +123,8 @@ class LLMConfig:
             raise ConfigError(f"policy.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.memory_k < 0:
             raise ConfigError(f"policy.memory_k must be >= 0, got {self.memory_k}")
+        if self.fused_decode not in (True, False, "force"):
+            raise ConfigError(f"policy.fused_decode must be true, false or force, got {self.fused_decode!r}")
         if self.max_prompt_tokens < 8:
             raise ConfigError(f"policy.max_prompt_tokens must be >= 8, got {self.max_prompt_tokens}")
         if self.lora is not None and not isinstance(self.lora, dict):

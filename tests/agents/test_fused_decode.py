@@ -113,3 +113,19 @@ def test_lora_models_fall_back_to_transformers():
     with torch.no_grad():
         res = pol.sequence_log_probs([g.payload for g in gens])
     assert float(((res.logprobs - res.sampling_logprobs).abs() * res.mask).max()) < 1e-4
+
+
+def test_off_where_it_has_never_been_checked_unless_forced():
+    """CPU float32 is where the fused decoder is checked against the transformers forward; in bf16 (and on
+    CUDA) it stays off unless ``policy.fused_decode: force`` (issue 29 item 4)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from stratagym.agents.fused_decode import fused_decoder_for, unsupported_reason
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+    assert unsupported_reason(model) is None
+    model = model.to(torch.bfloat16)
+    assert "only been checked on CPU in float32" in unsupported_reason(model)
+    assert fused_decoder_for(model) is None
+    assert unsupported_reason(model, force=True) is None and fused_decoder_for(model, force=True) is not None
