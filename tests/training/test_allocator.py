@@ -67,8 +67,8 @@ def test_config_key_defaults_on_and_the_trainer_applies_it(tmp_path, monkeypatch
                       "tensorboard": False, **train},
         })
 
-    assert config().train.retain_heap is True
-    trainer_mod.Trainer(config(retain_heap=False)).close()
-    assert calls == []
+    assert config().train.retain_heap is False  # opt-in: it changes malloc for the whole host process
     trainer_mod.Trainer(config()).close()
+    assert calls == []
+    trainer_mod.Trainer(config(retain_heap=True)).close()
     assert calls == [1]
