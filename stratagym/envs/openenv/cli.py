@@ -1,4 +1,5 @@
-"""``stratagym serve env ENV_ID``: a registered env as an OpenEnv server (heavy imports inside the command).
+"""``stratagym serve env ENV_ID`` (a registered env as an OpenEnv server) and ``stratagym envs check-openenv
+URL`` (stratagym's env checks and a soak against any OpenEnv server). Heavy imports stay inside the commands.
 
 Errors the user can fix (unknown env id, missing extra, bad ``-E`` kwargs or limits) raise ``ConfigError``,
 which :func:`stratagym.cli.main` prints without a traceback (exit code 2).
@@ -7,7 +8,8 @@ which :func:`stratagym.cli.main` prints without a traceback (exit code 2).
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+from typing import Any, Optional
 
 import typer
 
@@ -16,6 +18,7 @@ from stratagym.errors import ConfigError
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     groups["serve"].command("env")(serve_env)
+    register_check(groups)
 
 
 def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -64,3 +67,56 @@ def serve_env(
     console.print(f"OpenEnv server for {esc(env_id)} on http://{esc(host)}:{port} "
                   f"(WebSocket sessions at /ws, at most {max_concurrent_envs}; Ctrl-C stops)")
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def register_check(groups: dict[str, typer.Typer]) -> None:
+    groups["envs"].command("check-openenv")(check_openenv)
+
+
+def check_openenv(
+    url: str = typer.Argument(..., help="Base URL of a running OpenEnv server, e.g. http://127.0.0.1:8000."),
+    task: list[str] = typer.Option([], "--task", help="A task: a task id, or a JSON object of reset kwargs "
+                                   "(repeatable; default: the server's default reset)."),
+    soak_episodes: int = typer.Option(0, "--soak", help="Also play this many episodes and watch the server's resources."),
+    sessions: int = typer.Option(4, "--sessions", min=1, help="Concurrent sessions in the soak."),
+    server_pid: Optional[int] = typer.Option(None, "--server-pid", help="The server's process id on this machine "
+                                             "(the soak samples its memory, threads and open files)."),
+    message_timeout: float = typer.Option(30.0, "--message-timeout", help="Seconds to wait for each answer."),
+) -> None:
+    """Contract, fuzz and determinism checks (and a soak) against any OpenEnv server, through stratagym/OpenEnv-v0."""
+    from rich.console import Console
+
+    from stratagym.display import esc
+    from stratagym.envs.openenv.check import check_server, soak
+
+    console = Console()
+    tasks = [_task(t) for t in task] or None
+    failed = 0
+    for result in check_server(url, tasks, message_timeout_s=message_timeout):
+        failed += not result.ok
+        mark = "[green]ok[/green]  " if result.ok else "[red]FAIL[/red]"
+        console.print(f"{mark} {result.name}: {esc(result.detail)}")
+    if soak_episodes > 0:
+        if server_pid is not None and not os.path.isdir(f"/proc/{server_pid}"):
+            raise ConfigError(f"--server-pid {server_pid}: no such process on this machine")
+        report = soak(url, tasks, episodes=soak_episodes, sessions=sessions, server_pid=server_pid,
+                      message_timeout_s=message_timeout)
+        peak = ", ".join(f"{k} {v:.0f}" for k, v in report.peak.items() if k != "done") or "not sampled (no --server-pid)"
+        console.print(f"soak: {report.resets} resets, {report.steps} steps, {report.failures} failed episodes in "
+                      f"{report.seconds:.1f} s over {sessions} sessions; server peak: {peak}")
+        for error in report.errors:
+            console.print(f"  [red]episode failed[/red]: {esc(error)}")
+        for leak in report.leaks:
+            console.print(f"[red]LEAK[/red] {esc(leak)}")
+        failed += bool(report.leaks) + bool(report.failures)
+    raise typer.Exit(1 if failed else 0)
+
+
+def _task(text: str) -> Any:
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"--task {text!r} is not a JSON object: {exc}") from None
+        return value
+    return text
