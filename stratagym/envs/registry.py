@@ -252,7 +252,9 @@ def agent_class(env_id: str, name: str) -> Callable[..., Any]:
     spec = get_spec(env_id)
     path = spec.agents.get(name)
     if path is None and name == "random":
-        path = "stratagym.agents.scripted:RandomAgent"
+        from stratagym.envs.random_agent import RandomAgent
+
+        return RandomAgent
     if path is None:
         raise KeyError(f"env {env_id!r} has no scripted agent {name!r}; it has {sorted(set(spec.agents) | {'random'})}")
     return load_object(path)
