@@ -104,6 +104,10 @@ def check_openenv(
         peak = ", ".join(f"{k} {v:.0f}" for k, v in report.peak.items() if k != "done") or "not sampled (no --server-pid)"
         console.print(f"soak: {report.resets} resets, {report.steps} steps, {report.failures} failed episodes in "
                       f"{report.seconds:.1f} s over {sessions} sessions; server peak: {peak}")
+        if len(report.samples) >= 2:
+            first, last = report.samples[0], report.samples[-1]
+            console.print("server before -> after: " + ", ".join(f"{k} {first[k]:.0f} -> {last[k]:.0f}"
+                                                                 for k in first if k != "done"))
         for error in report.errors:
             console.print(f"  [red]episode failed[/red]: {esc(error)}")
         for leak in report.leaks:
