@@ -29,11 +29,9 @@ app.add_typer(serve_app, name="serve")
 #: Shared command groups plug-ins may add to.
 GROUPS: dict[str, typer.Typer] = {"envs": envs_app, "serve": serve_app}
 
-#: Modules that add commands; a module that does not exist (yet) is skipped.
+#: Modules that add commands other than an env family's (an env family names its commands' module in
+#: its ``EnvSpec.cli``, so a new family needs no line here); a module that does not exist is skipped.
 CLI_PLUGINS = (
-    "stratagym.envs.search_qa.cli",
-    "stratagym.envs.alfworld.cli",
-    "stratagym.envs.webshop.cli",
     "stratagym.envs.openenv.cli",
     "stratagym.agents.cli",
     "stratagym.training.cli",
@@ -99,8 +97,16 @@ def demo(
     run_scripted_demo(episodes=episodes, seed=seed, console=console)
 
 
+def plugin_modules() -> list[str]:
+    """The modules whose ``register(app, groups)`` add commands: every registered env family's
+    ``EnvSpec.cli`` (built-in or from a ``stratagym.envs`` entry point), then :data:`CLI_PLUGINS`."""
+    from stratagym.envs.registry import list_envs
+
+    return list(dict.fromkeys([*(s.cli for s in list_envs() if s.cli), *CLI_PLUGINS]))
+
+
 def _load_plugins() -> None:
-    for name in CLI_PLUGINS:
+    for name in plugin_modules():
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -64,7 +64,9 @@ class EnvSpec:
     * ``success_from_score``: success means a full score (WebShop) rather than ``info["won"]``;
     * ``record_info_keys``: the per-episode ``info`` keys an eval keeps in its records (QA's F1, ALFWorld's
       task type...), which the aggregator turns into extra metrics;
-    * ``max_parallel``: the most envs one process should run at once (a browser env: 1).
+    * ``max_parallel``: the most envs one process should run at once (a browser env: 1);
+    * ``cli``: the module of the env family's commands (a ``register(app, groups)`` function), which the
+      ``stratagym`` command loads; a third-party env package adds its commands the same way.
     """
 
     id: str
@@ -85,6 +87,7 @@ class EnvSpec:
     success_from_score: bool = False
     record_info_keys: tuple[str, ...] = ()
     max_parallel: int | None = None
+    cli: str | None = None
 
     def __post_init__(self) -> None:
         if self.metadata_keys is None:

@@ -13,6 +13,7 @@ from stratagym.envs.registry import EnvSpec
 
 ENV_SPECS = [
     EnvSpec(
+        cli="stratagym.envs.alfworld.cli",
         id="stratagym/ALFWorld-v0",
         entry_point="stratagym.envs.alfworld.env:ALFWorldEnv",
         description="ALFWorld household tasks on the real TextWorld-PDDL engine (6 task types, 50-step episodes).",

@@ -7,6 +7,7 @@ from stratagym.envs.registry import EnvSpec
 
 ENV_SPECS = [
     EnvSpec(
+        cli="stratagym.envs.search_qa.cli",
         id="stratagym/SearchQA-v0",
         entry_point="stratagym.envs.search_qa.env:SearchQAEnv",
         description="Retrieval QA with <search>/<answer> turns (Search-R1 protocol); reward = exact match. "

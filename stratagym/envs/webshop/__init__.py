@@ -30,6 +30,7 @@ _AGENTS = {
 
 ENV_SPECS = [
     EnvSpec(
+        cli="stratagym.envs.webshop.cli",
         id="stratagym/WebShop-v0",
         entry_point="stratagym.envs.webshop.text_env:WebShopTextEnv",
         description="WebShop text mode: search and click through a product catalog to buy what the instruction asks for",
@@ -39,6 +40,7 @@ ENV_SPECS = [
         **_COMMON,
     ),
     EnvSpec(
+        cli="stratagym.envs.webshop.cli",
         id="stratagym/WebShopBrowser-v0",
         entry_point="stratagym.envs.webshop.browser_env:WebShopBrowserEnv",
         description="WebShop as a real local web site driven by headless Chromium (Selenium); same pages as the text mode",
