@@ -12,5 +12,6 @@ ENV_SPECS = [
                     "around serve_env_id (default stratagym/SearchStrata-v0).",
         requires=("openenv",),
         extra="openenv",
+        cli="stratagym.envs.openenv.cli",  # `stratagym serve env`, `stratagym envs check-openenv`
     ),
 ]
