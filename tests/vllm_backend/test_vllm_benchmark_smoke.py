@@ -25,5 +25,5 @@ def test_vllm_benchmark_smoke():
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "| sft (0.64M) | 8 x 8 |" in out
-    assert "| GRPO step (0.64M SFT" in out and "| weight sync per step (vllm) |" in out
-    assert "| log-prob parity (vllm) | max_abs" in out
+    assert "| GRPO step (sft 0.64M" in out and "| weight sync per step (sft, vllm) |" in out
+    assert "| log-prob parity (sft, vllm) | max_abs" in out
