@@ -415,6 +415,12 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     n_params = sum(p.numel() for p in model.parameters())
     export = recipe.export_dir
     policy = LLMPolicy(model, tokenizer, _policy_config(recipe, str(export), records))
+    if policy.config.lora:  # LoRA SFT (policy.lora): only the adapter trains; the export is the adapter alone
+        from stratagym.agents.llm import _apply_lora
+
+        model = policy.model = _apply_lora(model, policy.config.lora)
+        n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        echo(f"LoRA {dict(policy.config.lora)}: {n_trainable / 1e6:.2f}M trainable parameters")
     examples = build_examples(records, policy)
     n_tokens = sum(len(e["input_ids"]) for e in examples)
     n_loss = sum(sum(e["completion_mask"]) for e in examples)

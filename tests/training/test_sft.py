@@ -287,3 +287,27 @@ def test_sft_checkpoint_for_another_env_refused_at_load(trained, tmp_path):
     with pytest.raises(AgentSpecError, match=r"<action>.*stratagym sft"):
         build_agent(parse_agent_spec(str(export)), "stratagym/WebShop-v0", None)
     assert build_agent(parse_agent_spec(str(export)), ENV, None) is not None
+
+
+def test_lora_sft_on_a_pretrained_folder_exports_the_adapter_alone(trained, tmp_path, demos_file):
+    """policy.lora with model.path (how a real pretrained model is tuned, issue 28): only the adapter trains,
+    the export is the adapter (no base weights) naming its base, and it loads back as a LoRA policy."""
+    tmp, _ = trained
+    base = tmp / "run" / "final"
+    path = _recipe(tmp_path, demos_file, max_steps=2, lr=1.0e-2)
+    data = yaml.safe_load(path.read_text())
+    data["model"] = {"path": str(base)}
+    data["policy"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    path.write_text(yaml.safe_dump(data))
+    meta = run_sft(load_sft_recipe(path), progress=False, echo=lambda *_: None)
+    export = tmp_path / "run" / "final"
+    assert meta["steps"] == 2
+    assert (export / "adapter_config.json").exists() and not (export / "model.safetensors").exists()
+    assert json.loads((export / "adapter_config.json").read_text())["base_model_name_or_path"] == str(base)
+    assert json.loads((export / "stratagym_policy.json").read_text())["lora"] is None
+    from stratagym.agents.llm import LLMPolicy
+
+    policy = LLMPolicy.from_pretrained(export)
+    assert hasattr(policy.model, "disable_adapter")
+    lora = {n: p for n, p in policy.model.named_parameters() if "lora_B" in n}
+    assert lora and any(p.abs().sum() > 0 for p in lora.values())  # B starts at zero: it trained
