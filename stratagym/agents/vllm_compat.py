@@ -22,6 +22,7 @@ names the bug, how it shows, and why the fix is safe. Both are no-ops on GPUs.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -35,9 +36,11 @@ def _unreadable_by_the_kernel_walk(module: Any) -> bool:
     if not namespace:
         return False
     try:
-        for value in list(namespace.values()):
-            if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
-                return True
+        with warnings.catch_warnings():  # reading deprecated attributes (torch.distributed.reduce_op) warns
+            warnings.simplefilter("ignore")
+            for value in list(namespace.values()):
+                if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
+                    return True
     except Exception:  # an attribute that raises on inspection would break the walk too
         return True
     return False
