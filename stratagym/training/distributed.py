@@ -2,9 +2,10 @@
 
 Everything here exists because several processes train one model (``accelerate launch``, DDP): the
 exit hook that ends the process group's threads before the interpreter finalizes, the estimator state
-that must follow the global batch (HA-DW's anchor), the empty-process rules that keep every process in
-every collective, and the bare-model pass that keeps a no-grad forward out of DDP's collectives. In a
-single process each of them is a no-op.
+that must follow the global batch (HA-DW's anchor), the gathers and global loss denominators that make
+a data-parallel update equal one process's update on the global batch, the empty-process rules that keep
+every process in every collective (as many backward passes, a borrowed payload), and the bare-model pass
+that keeps a no-grad forward out of DDP's collectives. In a single process each of them is a no-op.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["end_process_group_at_exit", "share_batch_statistics", "estimate_advantages", "bare_model"]
+__all__ = [
+    "end_process_group_at_exit",
+    "share_batch_statistics",
+    "estimate_advantages",
+    "bare_model",
+    "gather_statistics",
+    "global_denominators",
+    "max_over_processes",
+    "borrow_payload",
+]
 
 
 @contextlib.contextmanager
@@ -120,3 +130,52 @@ def estimate_advantages(estimator: Any, rows: Any) -> torch.Tensor:
         estimator.join_empty()
         return torch.zeros(0)
     return estimator(rows)
+
+
+def gather_statistics(accelerator: Any, t: torch.Tensor) -> torch.Tensor:
+    """Every process's 1-D statistics ``t``, stacked ``(processes, len(t))`` in float64 on the CPU, so a
+    batch-wide statistic (the whitening of ``gae``, REINFORCE++) is computed over the global batch. A
+    collective."""
+    local = t.reshape(1, -1).to(device=accelerator.device, dtype=torch.float64)
+    return accelerator.gather(local).cpu()
+
+
+def global_denominators(accelerator: Any, tokens_mb: int, rows_mb: int) -> tuple[float, float]:
+    """A mini-batch's token and row counts as the loss normalisers must see them. DDP averages the
+    processes' gradients, so normalising each process by its OWN counts weights a token of a short shard
+    more than one of a long shard. Dividing by (global count / processes) instead makes the averaged
+    gradient the one a single process computes on the global mini-batch. One process: its own counts."""
+    p = accelerator.num_processes
+    if p == 1:
+        return float(max(tokens_mb, 1)), float(rows_mb)
+    t = torch.tensor([float(tokens_mb), float(rows_mb)], dtype=torch.float64, device=accelerator.device)
+    tot = accelerator.reduce(t, reduction="sum")
+    return max(float(tot[0]), 1.0) / p, max(float(tot[1]), 1.0) / p
+
+
+def max_over_processes(accelerator: Any, n_local: int) -> int:
+    """The largest ``n_local`` of any process (how many backward passes every process must run so that
+    DDP's gradient all-reduce of the last one finds every process). A collective."""
+    if accelerator.num_processes == 1:
+        return n_local
+    t = torch.tensor([n_local], device=accelerator.device)
+    return int(accelerator.gather(t).max())
+
+
+def borrow_payload(accelerator: Any, payload: Any, n_micro: int) -> Any:
+    """For a process with no sample (``payload`` None) while others train (``n_micro > 0``): the payload
+    of the first process that has one, so it can run the same backward passes (with its loss multiplied
+    by 0) and DDP's all-reduce does not wait for it forever. ``None`` on every other process, and when
+    every process has a sample. A collective when several processes run."""
+    if accelerator.num_processes == 1 or n_micro == 0:
+        return None
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    have = gather_object([payload is not None])
+    if all(have):
+        return None
+    box = [payload]
+    broadcast_object_list(box, from_process=have.index(True))
+    if payload is not None:
+        return None
+    return box[0]

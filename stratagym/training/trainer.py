@@ -17,6 +17,10 @@ One loop for every algorithm and every policy that follows :class:`stratagym.age
           clip, optimizer.step, scheduler.step  (+ the critic's own clip and optimizer step)
         metrics -> JSONL / TensorBoard / W&B;  periodic eval;  atomic checkpoint
 
+This module holds the loop (init, rollout, step, evaluate, save/resume); the update (from "shape
+rewards" to the optimizer step) is :class:`~stratagym.training.update.TrainerUpdate`, the Trainer's
+base class, and the multi-process rules both use are in :mod:`stratagym.training.distributed`.
+
 Distributed: ``accelerate launch`` starts one process per GPU; each samples its own shard of tasks,
 gradients are averaged by the accelerate-prepared model (DDP/FSDP/DeepSpeed). The reference policy is
 a frozen copy (or LoRA with adapters off). Resuming (``resume=True``) reloads the newest complete
@@ -36,12 +40,10 @@ extra greedy episode per task, whose shaped return is the baseline of that task'
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -56,14 +58,12 @@ from stratagym.training.checkpoint import (
     save_checkpoint,
 )
 from stratagym.training.config import RecipeConfig
-from stratagym.training.distributed import (  # noqa: F401  (estimate_advantages, share_batch_statistics: re-exported)
-    bare_model,
+from stratagym.training.distributed import (  # noqa: F401  (estimate_advantages: re-exported)
     end_process_group_at_exit,
     estimate_advantages,
     share_batch_statistics,
 )
-from stratagym.algorithms.advantages import gae
-from stratagym.algorithms.losses import policy_loss, value_loss
+from stratagym.training.update import TrainerUpdate, UpdateData  # noqa: F401  (UpdateData: re-exported)
 from stratagym.algorithms.registry import get_estimator, get_policy_loss
 from stratagym.training.rollout import (
     RolloutBatch,
@@ -71,7 +71,6 @@ from stratagym.training.rollout import (
     env_metadata_keys,
     make_pool,
     shape_rewards,
-    to_advantage_batch,
 )
 from stratagym.errors import ConfigError
 
@@ -204,26 +203,7 @@ def _lr_lambda(kind: str, warmup: int, total: int) -> Callable[[int], float]:
     return fn
 
 
-@dataclass
-class UpdateData:
-    """What the micro-batches of one update read, each list or tensor indexed by sample.
-
-    ``old``: log-probs of the samples before the update (computed when several updates share a batch;
-    None: the micro-batch's own detached forward serves); ``ref``: the reference policy's log-probs (KL
-    penalty; None without one); ``old_values`` / ``returns``: the critic's ``V_old`` and the GAE value
-    targets (PPO with a critic; None otherwise). A process with no sample trains on a stand-in of the
-    same shape (:meth:`Trainer._stand_in`).
-    """
-
-    payloads: list[Any]
-    advantages: torch.Tensor
-    old: Optional[list[torch.Tensor]] = None
-    ref: Optional[list[torch.Tensor]] = None
-    old_values: Optional[torch.Tensor] = None
-    returns: Optional[torch.Tensor] = None
-
-
-class Trainer:
+class Trainer(TrainerUpdate):
     """Trains a policy on one env with a group-relative estimator (see the module docstring).
 
     ``Trainer(config)`` builds the policy from ``config.policy``; pass ``policy=`` to train an existing
@@ -346,18 +326,6 @@ class Trainer:
                               extra=dict(batch.extra))
         return merged.metrics()
 
-    def _global_denominators(self, tokens_mb: int, rows_mb: int) -> tuple[float, float]:
-        """The mini-batch's token and row counts as the loss normalisers must see them. DDP averages
-        the processes' gradients, so normalising each process by its OWN counts weights a token of a
-        short shard more than one of a long shard. Dividing by (global count / processes) instead makes
-        the averaged gradient the one a single process computes on the global mini-batch."""
-        p = self.accelerator.num_processes
-        if p == 1:
-            return float(max(tokens_mb, 1)), float(rows_mb)
-        t = torch.tensor([float(tokens_mb), float(rows_mb)], dtype=torch.float64, device=self.accelerator.device)
-        tot = self.accelerator.reduce(t, reduction="sum")
-        return max(float(tot[0]), 1.0) / p, max(float(tot[1]), 1.0) / p
-
     def _resume(self) -> bool:
         ckpt = latest_checkpoint(self.output_dir)
         if ckpt is None:
@@ -436,267 +404,6 @@ class Trainer:
         return collect_informative(draw, self.config.rollout.tasks_per_step * acc.num_processes,
                                    max_rounds=self.config.rollout.max_filter_rounds,
                                    gather=gather_counts if acc.num_processes > 1 else None, rank=acc.process_index)
-
-    def _permutation_rng(self) -> np.random.Generator:
-        """The generator that shuffles samples into mini-batches. One process: the trainer's RNG (as
-        before). Several: a per-process one, because processes hold different sample counts and
-        drawing permutations from the shared task RNG would make their task draws diverge."""
-        if self.accelerator.num_processes == 1:
-            return self.rng
-        return np.random.default_rng([self.config.train.seed, self.step, self.accelerator.process_index])
-
-    def _stand_in(self, payload: Any, n_micro: int) -> Optional["UpdateData"]:
-        """For a process with no sample while others train (``n_micro > 0``): a payload borrowed from
-        the first process that has one, with zero advantage and neutral references, so it can run the
-        same backward passes (its loss is multiplied by 0) and DDP's all-reduce does not wait forever.
-        ``None`` on every other process. A collective when several processes run."""
-        p = self.accelerator.num_processes
-        if p == 1 or n_micro == 0:
-            return None
-        from accelerate.utils import broadcast_object_list, gather_object
-
-        have = gather_object([payload is not None])
-        if all(have):
-            return None
-        box = [payload]
-        broadcast_object_list(box, from_process=have.index(True))
-        if payload is not None:
-            return None
-        zero = torch.zeros(1)
-        return UpdateData([box[0]], zero, None, [zero] if self.reference is not None else None, zero, zero)
-
-    def _gather_stats(self, t: torch.Tensor) -> torch.Tensor:
-        """Every process's 1-D statistics ``t``, stacked ``(processes, len(t))`` (``AdvantageBatch.gather``:
-        the whitening of ``gae`` and REINFORCE++ over the global batch). A collective."""
-        local = t.reshape(1, -1).to(device=self.accelerator.device, dtype=torch.float64)
-        return self.accelerator.gather(local).cpu()
-
-    def _n_micro_global(self, n_local: int) -> int:
-        if self.accelerator.num_processes == 1:
-            return n_local
-        t = torch.tensor([n_local], device=self.accelerator.device)
-        return int(self.accelerator.gather(t).max())
-
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """Advantages + optimisation on one rollout batch; returns loss/advantage metrics."""
-        cfg = self.config
-        shape_rewards(batch, invalid_action_penalty=cfg.algorithm.invalid_action_penalty,
-                      format_reward=cfg.algorithm.format_reward, reward_scale=cfg.algorithm.reward_scale)
-        rows, sample_row, samples = to_advantage_batch(batch, self.estimator.level)
-        if self.accelerator.num_processes > 1:  # batch-wide statistics (whitening) over every process's rows
-            rows.gather = self._gather_stats
-        metrics: dict[str, float] = {}
-        old_values = returns = None
-        if self.critic is not None:
-            old_values, returns = self._critic_targets(rows, samples)
-            metrics.update(_critic_metrics(old_values, returns))
-        if rows.baseline is not None and len(rows):
-            metrics["adv/baseline_return"] = float(rows.baseline.float().mean())
-        adv_rows = estimate_advantages(self.estimator, rows)
-        adv = adv_rows[sample_row] if len(samples) else torch.zeros(0)
-        metrics["adv/mean"] = float(adv.mean()) if adv.numel() else 0.0
-        metrics["adv/std"] = float(adv.std()) if adv.numel() > 1 else 0.0
-        metrics["adv/nonzero"] = float((adv != 0).float().mean()) if adv.numel() else 0.0
-        metrics.update(self.estimator.metrics())  # the estimator's own diagnostics (HA-DW's anchor)
-        payloads = [s.payload for s in samples]
-        oc = cfg.optim
-        n = len(payloads)
-        multi_update = oc.mini_batches * oc.ppo_epochs > 1
-        self.policy.train()
-        old: Optional[list[torch.Tensor]] = None
-        if multi_update and n:
-            old = self._score_detached(self.policy, payloads)
-        ref_all = self._score_detached(self.reference, payloads) if (self.reference is not None and n) else None
-        # log-prob parity (sampler vs trainer, stratagym/training/parity.py): the pre-update scores are
-        # ``old`` when several updates run, else the micro-batches' own forwards (collected below)
-        pre_update: dict[int, torch.Tensor] = {}
-        parity_done = False
-        agg_stats: dict[str, list[float]] = {}
-        grad_norms: list[float] = []
-        critic_norms: list[float] = []
-        if self.critic is not None:
-            self.critic.train()
-        mbs = oc.micro_batch_size
-        data = UpdateData(payloads, adv, old, ref_all, old_values, returns)
-        for epoch in range(oc.ppo_epochs):
-            order = np.arange(n) if not multi_update else self._permutation_rng().permutation(n)
-            # as many mini-batches (maybe empty) on every process: each runs collectives
-            for mb in np.array_split(order, oc.mini_batches) if (n or self.accelerator.num_processes > 1) else [order]:
-                mb = list(mb)
-                tokens_mb, rows_mb = self._global_denominators(sum(max(1, samples[i].num_tokens) for i in mb), len(mb))
-                chunks = [mb[i : i + mbs] for i in range(0, len(mb), mbs)]
-                # DDP padding: every rank must run the same number of backward passes, or the gradient
-                # all-reduce of the last one waits forever. A rank with fewer micro-batches than the
-                # most loaded rank (n_micro, agreed across ranks) repeats its first chunk with the loss
-                # multiplied by 0: it joins the all-reduce but adds nothing to the gradient. Gradients
-                # are synchronised only on the last backward (no_sync before it).
-                n_micro = self._n_micro_global(len(chunks))
-                # a process with no sample at all still joins every backward: on a payload borrowed from
-                # a process that has one, with the loss multiplied by 0 (collective: all processes call it)
-                stand_in = self._stand_in(payloads[chunks[0][0]] if chunks else None, n_micro)
-                for ci in range(max(n_micro, 1)):
-                    real = ci < len(chunks) and len(chunks[ci]) > 0
-                    chunk = chunks[ci] if real else (chunks[0] if chunks and chunks[0] else None)
-                    src = data
-                    if chunk is None and stand_in is not None:
-                        chunk, src = [0], stand_in
-                    if chunk is None:
-                        continue  # nothing to train on anywhere
-                    last = ci == max(n_micro, 1) - 1
-                    ctx = contextlib.ExitStack()
-                    if not last and self.accelerator.num_processes > 1:
-                        ctx.enter_context(self.accelerator.no_sync(self.policy.model))
-                        if self.critic is not None:
-                            ctx.enter_context(self.accelerator.no_sync(self.critic.model))
-                    with ctx:
-                        loss, stats, share = self._micro_loss(chunk, src, tokens_mb, rows_mb,
-                                                              scores_out=pre_update if (real and not parity_done and old is None) else None)
-                        total = loss * share
-                        if self.critic is not None:  # no shared parameters: one backward trains both
-                            vloss, vstats = self._micro_value_loss(chunk, src)
-                            total = total + vloss * (len(chunk) / max(rows_mb, 1e-12))
-                            stats.update(vstats)
-                        if not real:
-                            total = total * 0.0
-                        self.accelerator.backward(total)
-                    if real:
-                        for k, v in stats.items():
-                            agg_stats.setdefault(k, []).append(v)
-                if not parity_done:  # before the first optimizer step changes the weights
-                    metrics.update(self._logprob_parity(samples, old if old is not None else
-                                                        [pre_update.get(i) for i in range(n)]))
-                    parity_done = True
-                if oc.max_grad_norm:
-                    gn = self.accelerator.clip_grad_norm_([p for p in self.policy.parameters()], oc.max_grad_norm)
-                    grad_norms.append(float(gn))
-                self.optimizer.step()
-                self.scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                if self.critic is not None:
-                    if self.config.critic.max_grad_norm:
-                        cn = self.accelerator.clip_grad_norm_(list(self.critic.parameters()), self.config.critic.max_grad_norm)
-                        critic_norms.append(float(cn))
-                    self.critic_optimizer.step()
-                    self.critic_optimizer.zero_grad(set_to_none=True)
-                if hasattr(self.policy, "after_optimizer_step"):
-                    self.policy.after_optimizer_step()
-        for k, v in agg_stats.items():
-            metrics[f"loss/{k}"] = float(np.mean(v))
-        if grad_norms:
-            metrics["optim/grad_norm"] = float(np.mean(grad_norms))
-        if critic_norms:
-            metrics["critic/grad_norm"] = float(np.mean(critic_norms))
-        metrics["optim/lr"] = float(self.scheduler.get_last_lr()[0])
-        metrics["train/samples"] = float(n)
-        return metrics
-
-    def _critic_targets(self, rows: Any, samples: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``V_old(s_t)`` of every sample (the critic before this update, no gradients), put into
-        ``rows.values`` for the estimator, and the value targets ``R = A_raw + V_old`` of turn-level GAE
-        with the estimator's ``gamma`` and ``lam`` (before the whitening of the advantages). Step rows and
-        samples are in the same order (``to_advantage_batch``)."""
-        payloads = [s.payload for s in samples]
-        mbs = self.config.optim.micro_batch_size
-        self.critic.eval()
-        parts: list[torch.Tensor] = []
-        with torch.no_grad(), self.accelerator.autocast(), bare_model(self.critic):  # see distributed.bare_model
-            for i in range(0, len(payloads), mbs):
-                parts.append(self.critic.values(payloads[i : i + mbs]).float().cpu())
-        values = torch.cat(parts) if parts else torch.zeros(0)
-        rows.values = values
-        opts = self.estimator.config
-        _, returns = gae(rows.rewards, values, rows.traj, rows.step, gamma=float(opts.get("gamma", 1.0)),
-                         lam=float(opts.get("lam", 1.0)))
-        return values, returns.float()
-
-    def _micro_value_loss(self, chunk: list[int], data: "UpdateData") -> tuple[torch.Tensor, dict[str, float]]:
-        """PPO's clipped value loss on one micro-batch (one value per turn: ``(n, 1)`` with a full mask)."""
-        with self.accelerator.autocast():
-            v = self.critic.values([data.payloads[i] for i in chunk]).float()
-        vpred = v[:, None]
-        idx = torch.as_tensor(chunk, dtype=torch.long)
-        ret = data.returns[idx].to(vpred.device)[:, None]
-        old = data.old_values[idx].to(vpred.device)[:, None]
-        loss, stats = value_loss(vpred, ret, old, torch.ones_like(vpred, dtype=torch.bool),
-                                 cliprange_value=self.config.critic.cliprange_value, agg="token-mean")
-        return loss, stats  # logged as loss/vf_loss, loss/vf_clipfrac, loss/vpred_mean
-
-    def _score_detached(self, policy: Any, payloads: list[Any]) -> list[torch.Tensor]:
-        """Per-sample log-probs without gradients (old or reference log-probs), through the bare module
-        (see :func:`~stratagym.training.distributed.bare_model`: processes score different numbers of samples, some none)."""
-        out: list[torch.Tensor] = []
-        mbs = self.config.optim.micro_batch_size
-        with torch.no_grad(), self.accelerator.autocast(), bare_model(policy):
-            for i in range(0, len(payloads), mbs):
-                res = policy.sequence_log_probs(payloads[i : i + mbs])
-                for row, m in zip(res.logprobs, res.mask):
-                    out.append(row[m.bool()].float().cpu())
-        return out
-
-    def _logprob_parity(self, samples: list[Any], scored: list[Optional[torch.Tensor]]) -> dict[str, float]:
-        """``parity/*`` metrics of this step's samples (sampling vs pre-update trainer log-probs); stops
-        the run past ``rollout.parity_max`` (:func:`stratagym.training.parity.check_parity`)."""
-        from stratagym.training.parity import check_parity, logprob_parity
-
-        sampled: list[Optional[torch.Tensor]] = []
-        ids: list[list[int]] = []
-        for s in samples:
-            pay = s.payload
-            has = isinstance(pay, dict) and "sampling_logprobs" in pay and "response_ids" in pay
-            sampled.append(pay["sampling_logprobs"] if has else None)
-            ids.append(pay["response_ids"].tolist() if has else [])
-        rc = self.config.rollout
-        report = logprob_parity(sampled, scored, tol=rc.parity_tol, response_ids=ids,
-                                tokenizer=getattr(self.policy, "tokenizer", None))
-
-        def describe(i: int) -> str:
-            s = samples[i]
-            return f"turn {s.step} of task {s.info.get('task_id', '?')!r}"
-
-        check_parity(report, step=self.step + 1, parity_max=rc.parity_max, describe=describe)
-        return report.metrics() if report is not None else {}
-
-    def _micro_loss(self, chunk: list[int], data: "UpdateData", tokens_mb: float, rows_mb: float,
-                    scores_out: Optional[dict[int, torch.Tensor]] = None) -> tuple[torch.Tensor, dict[str, float], float]:
-        """Loss of the samples ``chunk`` of ``data`` and the share of the mini-batch it stands for;
-        ``scores_out`` (sample index -> its scored log-probs, detached) collects the forward's log-probs
-        for the parity check."""
-        from stratagym.agents.policy import pad_right
-
-        lc = self.config.loss
-        with self.accelerator.autocast():
-            res = self.policy.sequence_log_probs([data.payloads[i] for i in chunk], with_entropy=lc.entropy_coef > 0)
-        lp = res.logprobs.float()
-        mask = res.mask
-        if scores_out is not None:
-            for k, i in enumerate(chunk):
-                scores_out[i] = lp[k][mask[k].bool()].detach().cpu()
-        dev = lp.device
-        T = lp.shape[1]
-
-        def padded(rows: list[torch.Tensor]) -> torch.Tensor:
-            mat = pad_right([rows[i] for i in chunk], 0.0, torch.float32)
-            if mat.shape[1] < T:
-                mat = torch.nn.functional.pad(mat, (0, T - mat.shape[1]))
-            return mat[:, :T].to(dev)
-
-        old_lp = padded(data.old) if data.old is not None else lp.detach()
-        ref_lp = padded(data.ref) if data.ref is not None else None
-        a = data.advantages[chunk].to(dev)
-        loss, stats = policy_loss(
-            lp, old_lp, a, mask, loss=self.loss_fn, agg=lc.agg, loss_scale_factor=lc.loss_scale_factor,
-            ref_logprob=ref_lp, kl_coef=lc.kl_coef, kl_type=lc.kl_type, kl_is_correction=lc.kl_is_correction,
-            entropy=res.entropy.float() if res.entropy is not None else None, entropy_coef=lc.entropy_coef,
-        )
-        if self.loss_fn.per_sequence:  # averages its sequences whatever the aggregation (GMPO)
-            share = len(chunk) / max(rows_mb, 1e-12)
-        elif lc.agg == "token-sum":
-            share = float(self.accelerator.num_processes)  # sums add up; DDP's mean divides by processes
-        elif lc.agg == "token-mean":
-            share = float(mask.sum()) / float(tokens_mb)
-        else:
-            share = len(chunk) / max(rows_mb, 1e-12)
-        return loss, stats, share
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -801,17 +508,6 @@ class Trainer:
         if self._eval_collector is not None:
             self._eval_collector.close()
         self.log.close()
-
-
-def _critic_metrics(values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
-    """The rollout's mean value and target, and the explained variance ``1 - Var(R - V) / Var(R)`` (1: the
-    critic predicts the targets; 0: no better than their mean; 0 when the targets do not vary)."""
-    if values.numel() == 0:
-        return {}
-    out = {"critic/values": float(values.mean()), "critic/returns": float(returns.mean())}
-    var = float(returns.double().var(unbiased=False))
-    out["critic/explained_var"] = 1.0 - float((returns - values).double().var(unbiased=False)) / var if var > 0 else 0.0
-    return out
 
 
 def _adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
