@@ -456,6 +456,17 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         """Valid actions in the current state, or None where the env does not know them."""
         return None
 
+    def protocol_data(self) -> dict[str, Any]:
+        """Content hashes and settings of the data this env plays on (corpus, index, games, catalog,
+        retriever settings), for the protocol fingerprint of eval records (:mod:`stratagym.envs.fingerprint`).
+
+        The default is empty: an env whose tasks are its code is described by its behaviour version and
+        kwargs alone. A family whose data lives in files overrides this with hashes of their *content*
+        (never their paths, so the same data on two machines is one protocol); it may add
+        ``"libraries"``, the distributions it actually uses, to narrow its spec's list.
+        """
+        return {}
+
     def invalid_action_result(self, problem: str) -> StepResult:
         """The step an unusable action (wrong type, too long) produces; subclasses may reword it."""
         return StepResult(observation=f"Invalid action: {problem}.", action_valid=False)

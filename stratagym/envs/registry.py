@@ -67,6 +67,23 @@ class EnvSpec:
     * ``max_parallel``: the most envs one process should run at once (a browser env: 1);
     * ``cli``: the module of the env family's commands (a ``register(app, groups)`` function), which the
       ``stratagym`` command loads; a third-party env package adds its commands the same way.
+
+    What the protocol fingerprint of a result record is made of (:mod:`stratagym.envs.fingerprint`,
+    ``docs/protocol.md``):
+
+    * ``behaviour_version``: bumped by every change to what the env does (observations, parsing, turn
+      limits, rewards); ``tests/envs/test_behaviour_pins.py`` fails when pinned scripted transcripts
+      change and this did not. Records of different versions are never ranked together;
+    * ``neutral_kwargs``: constructor kwargs that do not change the task (timeouts, expert hints in
+      ``info``); every other kwarg is task-changing by default, so a new kwarg is compared unless the
+      family says otherwise;
+    * ``data_kwargs``: kwargs that name where data lives (paths); the env's ``protocol_data()`` hashes
+      their content instead, so the same data on two machines is one protocol;
+    * ``reward``: the name of the env's reward function;
+    * ``libraries``: distributions whose versions change behaviour (the env's ``protocol_data()`` may
+      name the subset it actually uses under ``libraries``);
+    * ``board_columns``: the few secondary metrics the Markdown board shows next to the primary one (the
+      HTML board shows every metric).
     """
 
     id: str
@@ -88,6 +105,12 @@ class EnvSpec:
     record_info_keys: tuple[str, ...] = ()
     max_parallel: int | None = None
     cli: str | None = None
+    behaviour_version: int = 1
+    neutral_kwargs: tuple[str, ...] = ()
+    data_kwargs: tuple[str, ...] = ()
+    reward: str = "env"
+    libraries: tuple[str, ...] = ()
+    board_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.metadata_keys is None:

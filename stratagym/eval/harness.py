@@ -36,7 +36,10 @@ from stratagym.eval.aggregate import aggregate
 from stratagym.envs.hints import env_kwarg_message, unknown_env_message
 from stratagym.eval.episodes import EpisodeRecord
 from stratagym.training.rollout import InProcessPool, play
+from stratagym.envs.fingerprint import protocol_of
 from stratagym.eval.records import (
+    LEGACY_SCHEMA,
+    SCHEMA,
     content_hash_text,
     env_version,
     finalize_record,
@@ -280,6 +283,8 @@ def evaluate(
             raise EvalError(f"asked for {n} tasks but split {split!r} of {config.env_id} has only {len(all_tasks)}")
         tasks = all_tasks[:n]
         data_hash = env_data_hash(all_tasks_env, config.env_id, tasks, env_kwargs)
+        # what the number is measured under, computed by the env family (its spec and protocol_data)
+        protocol = protocol_of(all_tasks_env, config.env_id, env_kwargs, tasks, split)
         # where the env's tasks come from (e.g. ALFWorld: "bundled" or the real data folder), if it says
         source = getattr(all_tasks_env.unwrapped, "data_source", None)
         data_source = str(source) if isinstance(source, str) and source else None
@@ -364,6 +369,7 @@ def evaluate(
         episodes=episodes,
         config={"batch_size": config.batch_size, "max_steps": config.max_steps, "n": config.n, "agent_options": dict(config.agent_options)},
         training=config.training,
+        protocol=protocol,
     )
     if out is not None:
         write_json_atomic(out, record)
@@ -382,10 +388,13 @@ def build_record(
     config: Mapping[str, Any] | None = None,
     training: Mapping[str, Any] | None = None,
     data_source: str | None = None,
+    protocol: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A finalised result record from per-episode outcomes (``EpisodeRecord.to_dict()`` rows with a
     ``seed``): aggregates them and stamps schema, time and ``record_id``. ``agent`` needs ``spec``,
-    ``kind``, ``label``, ``content_hash`` (optionally ``algorithm``)."""
+    ``kind``, ``label``, ``content_hash`` (optionally ``algorithm``). ``protocol`` is the env family's
+    fingerprint (:func:`stratagym.envs.fingerprint.protocol_of`); without one the record is written in
+    the legacy schema ``stratagym.result/1`` (the board then recomputes what it can)."""
     from stratagym import __version__
 
     episodes = list(episodes)
@@ -405,6 +414,11 @@ def build_record(
     }
     if training is not None:
         record["training"] = dict(training)
+    if protocol is not None:
+        record["schema"] = SCHEMA
+        record["protocol"] = dict(protocol)
+    else:
+        record["schema"] = LEGACY_SCHEMA
     record = json.loads(json.dumps(record, default=str))  # plain JSON types only
     return finalize_record(record)
 

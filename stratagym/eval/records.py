@@ -33,6 +33,7 @@ from stratagym.errors import UserError
 __all__ = [
     "SCHEMA",
     "SUPPORTED_SCHEMAS",
+    "LEGACY_SCHEMA",
     "RecordError",
     "record_id",
     "finalize_record",
@@ -45,8 +46,11 @@ __all__ = [
     "utc_now",
 ]
 
-SCHEMA = "stratagym.result/1"
-SUPPORTED_SCHEMAS = frozenset({SCHEMA})
+#: Records carry their protocol fingerprint (``protocol``) from schema 2 on; schema 1 records (written
+#: before fingerprints) are still read, and the leaderboard recomputes what their stored config allows.
+SCHEMA = "stratagym.result/2"
+LEGACY_SCHEMA = "stratagym.result/1"
+SUPPORTED_SCHEMAS = frozenset({SCHEMA, LEGACY_SCHEMA})
 
 _EXCLUDED_FROM_ID = ("record_id", "created")
 
@@ -172,6 +176,8 @@ def schema_problems(record: Any) -> list[str]:
             problems.append(f"metric {name!r}: value {m['value']} lies outside its CI [{m['ci_low']}, {m['ci_high']}]")
         if not isinstance(m["n"], int) or isinstance(m["n"], bool) or m["n"] < 1:
             problems.append(f"metric {name!r}: n must be a positive integer")
+    if schema == SCHEMA and not isinstance(record.get("protocol"), Mapping):
+        problems.append("missing field 'protocol' (the env's protocol fingerprint; schema stratagym.result/2 requires it)")
     if len(record["episodes"]) != record["n_episodes"]:
         problems.append(f"episodes lists {len(record['episodes'])} outcomes but n_episodes is {record['n_episodes']}")
     if isinstance(record.get("record_id"), str) and not problems and record["record_id"] != record_id(record):

@@ -22,6 +22,12 @@ ENV_SPECS = [
         lists_actions=True,
         prompt_template="think_action",
         record_info_keys=("task_type", "split"),
+        behaviour_version=1,  # bump with every change to what the env does (docs/protocol.md)
+        neutral_kwargs=("expert", "fast", "disk_cache"),  # an expert hint in info, same transcripts
+        data_kwargs=("data_path",),
+        reward="won (1 when the game's goal holds)",
+        libraries=("alfworld", "textworld", "fast_downward_textworld"),
+        board_columns=("turns", "valid_ratio"),
         agents={
             "planner": "stratagym.envs.alfworld.agents:PlannerExpertAgent",
             "handcoded": "stratagym.envs.alfworld.agents:HandCodedExpertAgent",

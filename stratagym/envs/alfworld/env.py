@@ -103,6 +103,13 @@ class ALFWorldEnv(TextEnv):
     def has_task(self, task_id: str) -> bool:
         return task_id in self._by_id
 
+    def protocol_data(self) -> dict[str, Any]:
+        """The split's game files by content (not where they live: bundled or real data alike), for the
+        protocol fingerprint."""
+        from stratagym.envs.fingerprint import hash_files
+
+        return {"games": hash_files(e.game_file for e in self.games.entries)}
+
     def task_type(self, task_id: str) -> str:
         return self._by_id[task_id].task_type
 

@@ -18,6 +18,13 @@ ENV_SPECS = [
         prompt_template="search_r1",
         primary_metric="em",
         record_info_keys=("f1", "em", "substring_em", "answer", "overlap"),
+        # the protocol fingerprint (docs/protocol.md): bump behaviour_version with every change to what
+        # the env does; paths are compared by the content protocol_data() hashes
+        behaviour_version=1,
+        neutral_kwargs=("retrieval_timeout", "retrieval_retries"),
+        data_kwargs=("dataset", "corpus", "index", "retrieval_urls", "dense_model"),
+        reward="exact_match (stratagym.metrics.exact_match, Search-R1's normalisation)",
+        board_columns=("f1", "search_count", "em/no_overlap"),
         agents={
             "oracle": "stratagym.envs.search_qa.agents:OracleAgent",
             "no_search": "stratagym.envs.search_qa.agents:NoSearchAgent",

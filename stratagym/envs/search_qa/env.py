@@ -124,6 +124,7 @@ class SearchQAEnv(TextEnv):
             # ``index`` built from another corpus is refused by the fingerprint check in load_index
             corpus = str(bundled_corpus(self.split))
         self.corpus = corpus
+        self.index = index
         self.retriever = make_retriever(
             retriever, corpus=corpus, index=index, urls=retrieval_urls, dense_model=dense_model,
             faiss_kind=faiss_kind, timeout=retrieval_timeout, retries=retrieval_retries,
@@ -288,6 +289,29 @@ class SearchQAEnv(TextEnv):
         if u < 0.9:
             return f"<think>I will guess.</think>\n<answer> {words[int(rng.integers(len(words)))]} </answer>"
         return "I am not sure what to do."
+
+    def protocol_data(self) -> dict[str, Any]:
+        """The questions file, corpus and index by content, and the retriever's settings (its public
+        scalar attributes: BM25's k1/b/stemmer, the dense model...; absolute paths left out), for the
+        protocol fingerprint. A remote retriever's corpus is the server's: unknown here (``None``)."""
+        import os
+
+        from stratagym.envs.search_qa.data import _resolve_qa_path, file_fingerprint
+        from stratagym.envs.search_qa.index import MANIFEST_NAME
+
+        r = self.retriever
+        corpus = getattr(r, "corpus", None)
+        settings = {k: v for k, v in sorted(vars(r).items()) if not k.startswith("_") and isinstance(v, (str, int, float, bool))
+                    and not (isinstance(v, str) and os.path.isabs(v))}
+        manifest = None if self.index is None else os.path.join(str(self.index), MANIFEST_NAME)
+        libraries = {"bm25s": ["bm25s", "PyStemmer"], "pyserini": ["pyserini"], "dense": ["faiss-cpu", "transformers", "torch"]}
+        return {
+            "questions": file_fingerprint(_resolve_qa_path(self.dataset, self.split)),
+            "corpus": getattr(corpus, "fingerprint", None),
+            "index": "built in process" if manifest is None else (file_fingerprint(manifest) if os.path.isfile(manifest) else None),
+            "retriever": {"backend": getattr(r, "backend", type(r).__name__), **settings},
+            "libraries": libraries.get(str(getattr(r, "backend", "")), []),
+        }
 
     def close(self) -> None:
         if self._owns_retriever:

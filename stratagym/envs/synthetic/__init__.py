@@ -27,6 +27,10 @@ optimal action in ``info["oracle_action"]`` (``oracle_info=True``) for the oracl
 
 from stratagym.envs.registry import EnvSpec
 
+#: The protocol fingerprint (docs/protocol.md): tasks are the code, so the behaviour version is the data;
+#: ``oracle_info`` only adds the optimal action to ``info``.
+_PROTOCOL = dict(behaviour_version=1, neutral_kwargs=("oracle_info",), board_columns=("turns",))
+
 _AGENTS = {
     "oracle": "stratagym.envs.synthetic.agents:OracleAgent",
 }
@@ -38,6 +42,7 @@ ENV_SPECS = [
         description="Synthetic search agent: reward strata by search count; more (relevant) searches win more.",
         tools=("search",),
         lists_actions=True,
+        **_PROTOCOL,
         agents={**_AGENTS, "no_search": "stratagym.envs.synthetic.agents:NoSearchAgent"},
     ),
     EnvSpec(
@@ -45,6 +50,7 @@ ENV_SPECS = [
         entry_point="stratagym.envs.synthetic.difficulty:DifficultyMixEnv",
         description="Synthetic one-step binary tasks, easy (1 in 2) and hard (1 in 10) prompts of known difficulty.",
         lists_actions=True,
+        **_PROTOCOL,
         agents=dict(_AGENTS),
     ),
     EnvSpec(
@@ -52,6 +58,7 @@ ENV_SPECS = [
         entry_point="stratagym.envs.synthetic.cue_corridor:CueCorridorEnv",
         description="Synthetic long-horizon maze: same junction state, different histories; exit depends on an earlier cue.",
         lists_actions=True,
+        **_PROTOCOL,
         agents=dict(_AGENTS),
     ),
     EnvSpec(
@@ -60,6 +67,7 @@ ENV_SPECS = [
         description="CueCorridor whose merged histories differ in value: every fork pays by lamp (gold high, grey low).",
         kwargs={"valued": True},
         lists_actions=True,
+        **_PROTOCOL,
         agents=dict(_AGENTS),
     ),
     EnvSpec(
@@ -68,6 +76,7 @@ ENV_SPECS = [
         description="Search strata forced by a random archive, with a reward offset between strata whatever the answer.",
         tools=("search",),
         lists_actions=True,
+        **_PROTOCOL,
         agents=dict(_AGENTS),
     ),
     EnvSpec(
@@ -75,6 +84,7 @@ ENV_SPECS = [
         entry_point="stratagym.envs.synthetic.difficulty_shared:DifficultySharedEnv",
         description="Easy (1 in 2) and hard (1 in 10) one-step tasks on shared features whose gradients compete.",
         lists_actions=True,
+        **_PROTOCOL,
         agents=dict(_AGENTS),
     ),
 ]

@@ -22,6 +22,10 @@ _COMMON = dict(
     primary_metric="webshop_score",
     success_from_score=True,
     record_info_keys=("reward_breakdown",),
+    behaviour_version=1,  # bump with every change to what the env does (docs/protocol.md)
+    data_kwargs=("data_dir", "items_path", "attrs_path", "human_ins_path", "reviews_path", "index_dir"),
+    reward="webshop_reward (WebShop's get_reward: attributes, options, type, price)",
+    board_columns=("success", "turns"),
 )
 _AGENTS = {
     "oracle": "stratagym.envs.webshop.agents:OracleAgent",
@@ -49,6 +53,7 @@ ENV_SPECS = [
         extra="webshop",
         agents=_AGENTS,
         max_parallel=1,
+        neutral_kwargs=("base_url", "chromium", "chromedriver", "page_timeout"),
         **_COMMON,
     ),
 ]

@@ -107,6 +107,7 @@ class WebShopEnvBase(TextEnv):
     """What both WebShop front ends share: the site (catalog, search engine, page model) and a split's goals."""
 
     def _open_site(self, split: str, config: SiteConfig) -> None:
+        self._site_config = config
         self.site = build_site(config)
         self.catalog = self.site.catalog
         self.split = split
@@ -117,6 +118,25 @@ class WebShopEnvBase(TextEnv):
 
     def task_ids(self) -> Sequence[str]:
         return self._ids
+
+    def protocol_data(self) -> dict[str, Any]:
+        """The catalog as played (products, prices, goals, splits) by content, the search backend and the
+        title-noun backend the reward uses, for the protocol fingerprint (paths left out)."""
+        import hashlib
+        import json
+
+        cat = self.catalog
+        digest = getattr(cat, "_protocol_digest", None)
+        if digest is None:  # hashed once per catalog (shared by every env of the process)
+            body = json.dumps({"products": cat.products, "prices": cat.prices, "goals": cat.goals, "splits": cat.splits},
+                              sort_keys=True, ensure_ascii=False, default=str)
+            digest = "sha256:" + hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+            object.__setattr__(cat, "_protocol_digest", digest)
+        backend = resolve_search_backend(self._site_config.search_backend, self._site_config.items_path)
+        nouns = noun_backend_name()
+        libraries = ["rapidfuzz", *(["bm25s", "PyStemmer"] if backend == "bm25s" else ["pyserini"]),
+                     *(["spacy"] if nouns not in ("fallback",) else [])]
+        return {"catalog": digest, "search_backend": backend, "title_nouns": nouns, "libraries": libraries}
 
     def goal(self, task_id: str | None = None) -> dict[str, Any]:
         """The goal of ``task_id`` (default: the current task) in WebShop's goal form."""
