@@ -14,11 +14,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from stratagym.envs.core import INFO_KEYS
 
-__all__ = ["FUZZ_TEXT", "CheckResult", "check_server", "soak", "SoakReport", "process_resources"]
+__all__ = ["FUZZ_TEXT", "CheckResult", "check_server", "check_envs", "soak", "soak_envs", "SoakReport",
+           "process_resources"]
 
 #: The agent-text corpus the registry-wide env tests use, plus bidi and zero-width characters.
 FUZZ_TEXT: tuple[str, ...] = ("", "x" * 100_000, "\x00\x01\x1b[31m\x7f", "\ud83d broken \udc00",
@@ -40,6 +41,12 @@ def _env(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None, **kwarg
 
 def check_server(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None = None, **env_kwargs: Any) -> list[CheckResult]:
     """Run the contract checks against the server at ``base_url``; one result per check, never raising."""
+    return check_envs(lambda: _env(base_url, tasks, **env_kwargs))
+
+
+def check_envs(make_env: Callable[[], Any]) -> list[CheckResult]:
+    """The contract, fuzz and determinism checks on envs built by ``make_env`` (a stratagym ``TextEnv`` over
+    something else: an OpenEnv server, a GEM env); one result per check, never raising."""
     from gymnasium.utils.env_checker import check_env
 
     results: list[CheckResult] = []
@@ -52,7 +59,7 @@ def check_server(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None 
             results.append(CheckResult(name, False, f"{type(exc).__name__}: {exc}"[:500]))
 
     def contract() -> str:
-        env = _env(base_url, tasks, **env_kwargs)
+        env = make_env()
         try:
             check_env(env, skip_render_check=True)
         finally:
@@ -60,7 +67,7 @@ def check_server(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None 
         return "gymnasium check_env passed"
 
     def fuzz() -> str:
-        env = _env(base_url, tasks, **env_kwargs)
+        env = make_env()
         try:
             env.reset(seed=0)
             for text in FUZZ_TEXT:
@@ -74,7 +81,7 @@ def check_server(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None 
         return f"{len(FUZZ_TEXT)} hostile actions answered with observations"
 
     def determinism() -> str:
-        a, b = _env(base_url, tasks, **env_kwargs), _env(base_url, tasks, **env_kwargs)
+        a, b = make_env(), make_env()
         try:
             task = a.task_ids()[0]
             first = [e.reset(seed=7, options={"task_id": task}) for e in (a, b)]
@@ -118,6 +125,15 @@ def soak(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None = None, 
          sessions: int = 4, max_steps: int = 20, server_pid: int | None = None, **env_kwargs: Any) -> SoakReport:
     """Play ``episodes`` over ``sessions`` concurrent sessions (random admissible actions, else ``"look"``),
     sampling the server's resources; growth after the first fifth of the run is named as a leak."""
+    return soak_envs(lambda: _env(base_url, tasks, max_steps=max_steps, **env_kwargs), episodes=episodes,
+                     sessions=sessions, max_steps=max_steps, pid=server_pid)
+
+
+def soak_envs(make_env: Callable[[], Any], *, episodes: int = 1000, sessions: int = 4, max_steps: int = 20,
+              pid: int | None = None) -> SoakReport:
+    """:func:`soak` over envs built by ``make_env``, one per concurrent session (a thread each), sampling the
+    resources of process ``pid`` (the server, or this process for in-process envs such as GEM's). An env
+    with no admissible actions but a ``random_action(rng)`` method plays those, else ``"look"``."""
     import numpy as np
 
     report = SoakReport()
@@ -126,13 +142,14 @@ def soak(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None = None, 
     total = episodes
 
     def sample() -> None:
-        if server_pid is not None:
+        if pid is not None:
             with lock:
-                report.samples.append({"done": float(total - len(todo)), **process_resources(server_pid)})
+                report.samples.append({"done": float(total - len(todo)), **process_resources(pid)})
 
     def worker(index: int) -> None:
-        env = _env(base_url, tasks, max_steps=max_steps, **env_kwargs)
+        env = make_env()
         rng = np.random.default_rng(index)
+        sampler = getattr(env, "random_action", None)
         try:
             while True:
                 with lock:
@@ -144,7 +161,7 @@ def soak(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None = None, 
                     with lock:
                         report.resets += 1
                     for _ in range(max_steps):
-                        actions = info.get("admissible_actions") or ["look"]
+                        actions = info.get("admissible_actions") or ([sampler(rng)] if sampler else ["look"])
                         _, _, term, trunc, info = env.step(actions[int(rng.integers(len(actions)))])
                         with lock:
                             report.steps += 1
