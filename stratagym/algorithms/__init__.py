@@ -2,6 +2,10 @@
 
 No env imports here: rollouts reach this package as flat tensors (see ``docs/algorithms.md``).
 The trainer loop lives in ``stratagym.training.trainer`` and is not imported here.
+
+Importing the package registers the built-in estimators, the ``+hadw`` modifier and the policy losses:
+each family module registers its own definitions with :mod:`~stratagym.algorithms.registry`, which
+imports none of them (pyproject.toml's import-linter contract keeps it so).
 """
 
 from stratagym.algorithms.advantages import (

@@ -19,6 +19,7 @@ __all__ = [
     "pair_ids",
     "segment_stats",
     "safe_div",
+    "check_singleton",
 ]
 
 _MAX_LISTED = 20
@@ -119,3 +120,9 @@ def safe_div(num: Tensor, den: Tensor | float) -> Tensor:
 def as_compute(x: Tensor) -> Tensor:
     """Compute in float64 (cheap at these sizes, keeps identities tight)."""
     return x.to(torch.float64)
+
+
+def check_singleton(singleton: str) -> None:
+    """The ``singleton`` option of the estimators that offer verl's convention for a group of one row."""
+    if singleton not in ("zero", "verl"):
+        raise ValueError(f"singleton must be 'zero' or 'verl', got {singleton!r}")

@@ -2,9 +2,12 @@
 
 Written from the definitions (and, for GiGPO/HGPO, the structure of verl-agent's official
 functions: dicts of lists keyed by group, one statistic per group, one pass per row), independent
-of the vectorised code in :mod:`stratagym.algorithms.advantages`.  Tests compare the two on
-random inputs and ``benchmarks/advantages.py`` times them.  Inputs are plain Python lists
-(``context`` a list of lists); outputs are lists of floats.  Not meant for training.
+of the vectorised estimator families (re-exported by :mod:`stratagym.algorithms.advantages`).
+Tests compare the two on random inputs and ``benchmarks/advantages.py`` times them.  Inputs are
+plain Python lists (``context`` a list of lists); outputs are lists of floats.  Not meant for
+training.  :data:`ESTIMATORS` maps every registered estimator name to its reference, and
+:func:`policy_loss_ref` covers every registered loss: ``tests/algorithms/test_every_entry.py``
+fails for a registered entry without one.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Optional, Sequence
 import torch
 
 __all__ = [
+    "ESTIMATORS",
     "grpo_ref",
     "rloo_ref",
     "stratified_ref",
@@ -610,3 +614,50 @@ def value_loss_ref(vpreds, returns, old_values, mask, *, cliprange_value=0.5, ag
             row.append(l1)
         mat.append(row)
     return 0.5 * agg_ref(mat, mk, agg, **(norms or {}))
+
+
+# --------------------------------------------------------------------------- by registry name
+
+
+def _episode_totals(rewards, traj):
+    tot = defaultdict(float)
+    for r, t in zip(rewards, traj):
+        tot[t] += r
+    return [tot[t] for t in traj]
+
+
+def _gigpo_by_name(b, *, gamma=0.95, **opt):
+    ret = step_returns_ref(b["rewards"], b["traj"], b["step"], gamma=gamma)
+    return gigpo_ref(_episode_totals(b["rewards"], b["traj"]), ret, b["group"], b["anchor"], **opt)
+
+
+def _hgpo_by_name(b, *, gamma=0.95, base_group=False, **opt):
+    ret = step_returns_ref(b["rewards"], b["traj"], b["step"], gamma=gamma)
+    ep = _episode_totals(b["rewards"], b["traj"]) if base_group else None
+    return hgpo_ref(ret, b["group"], b["context"], episode_rewards=ep, **opt)
+
+
+def _gae_by_name(b, *, gamma=1.0, lam=1.0, whiten_adv=True):
+    adv, _ = gae_ref(b["rewards"], b["values"], b["traj"], b["step"], gamma=gamma, lam=lam)
+    return whiten_ref(adv) if whiten_adv else adv
+
+
+# Every registered estimator's reference, computed from a batch given as a dict of lists (the
+# AdvantageBatch field names; step rows carry ``traj``/``step``) with the entry's options.
+# tests/algorithms/test_every_entry.py requires an entry here for each registered estimator.
+ESTIMATORS = {
+    "grpo": lambda b, **o: grpo_ref(b["rewards"], b["group"], **o),
+    "dr_grpo": lambda b, **o: grpo_ref(b["rewards"], b["group"], **{"scale": "none", **o}),
+    "rloo": lambda b, **o: rloo_ref(b["rewards"], b["group"], **o),
+    "stratified": lambda b, **o: stratified_ref(b["rewards"], b["group"], b["stratum"], **o),
+    "gigpo": _gigpo_by_name,
+    "hgpo": _hgpo_by_name,
+    "reinforce_plus_plus": lambda b, **o: reinforce_pp_ref(b["rewards"], lengths=b.get("lengths"), **o),
+    "reinforce_plus_plus_baseline": lambda b, **o: reinforce_pp_baseline_ref(
+        b["rewards"], b["group"], lengths=b.get("lengths"), **o),
+    "remax": lambda b, **o: remax_ref(b["rewards"], b["baseline"], **o),
+    "opo": lambda b, **o: opo_ref(b["rewards"], b["group"], b["lengths"], **o),
+    "gpg": lambda b, **o: gpg_ref(b["rewards"], b["group"], **o),
+    "grpo_passk": lambda b, **o: grpo_passk_ref(b["rewards"], b["group"], **o),
+    "gae": _gae_by_name,
+}

@@ -6,15 +6,29 @@ options of each entry are the keyword-only parameters of its function, with thei
 entry's option list cannot drift from its code; a bad name or option raises :class:`RegistryError`
 (a :class:`~stratagym.errors.ConfigError`) that names the valid ones.
 
-Estimators.  ``@register_estimator(name, level=..., requires=..., fields=..., derived=...)`` on
-``fn(batch, *, option=default, ...) -> Tensor``.  ``level``: ``"trajectory"`` (one row per
-trajectory) or ``"step"`` (one row per step); ``requires``: the env ``info`` metadata keys it needs
-(e.g. ``{"search_count"}``), so a trainer can check an env before training; ``fields``: the
-:class:`AdvantageBatch` fields it reads; ``derived``: ``"returns"`` and/or ``"episode"`` when it
-reads per-step discounted returns or trajectory totals, which a batch either carries precomputed
-or derives from ``traj`` and ``step`` (see :func:`batch_returns`, :func:`batch_episode`).
-``register_estimator(name, factory)`` with an :class:`Estimator` subclass (or any factory) also
-works, for estimators that keep state.
+Estimators.  ``@register_estimator(name, level=..., requires=...)`` on the estimator's own pure
+function, ``fn(<batch inputs>, *, <options>) -> Tensor``: the one definition of the estimator, still
+callable on plain tensors.  The decorator binds the function from its signature:
+
+- the parameters before ``*`` are batch inputs, each named after the :class:`AdvantageBatch` field it
+  reads (``rewards``, ``group``, ``stratum``, ``anchor``, ``context``, ``lengths``, ``values``, ...);
+  required ones are the entry's ``fields``, checked before a call; ones defaulting to ``None`` get the
+  field's value or ``None``.  Two names are derived when the batch does not carry them:
+  ``step_returns`` (discounted per-step returns from ``traj``/``step``; the entry gains the option
+  ``gamma``, default :data:`DEFAULT_GAMMA`) and ``episode_rewards`` (trajectory totals from ``traj``),
+  see :func:`batch_returns`, :func:`batch_episode`.  ``gather`` is the data-parallel hook
+  (:attr:`AdvantageBatch.gather`): an estimator that names it reads batch-wide statistics
+  (``batch_wide``).
+- the parameters after ``*`` are the options, with their defaults.
+
+``defaults={...}`` registers a variant of a function under another name with other defaults (Dr.GRPO is
+GRPO with ``scale="none"``); ``switches={"option": "input"}`` adds a boolean option (default False) that
+decides whether an optional derived input is read (HGPO's ``base_group``).  ``level``:
+``"trajectory"`` (one row per trajectory) or ``"step"`` (one row per step); ``requires``: the env
+``info`` metadata keys it needs (e.g. ``{"search_count"}``), so a trainer can check an env before
+training.  A function may instead take the whole ``batch`` as its one input (then ``fields=`` names
+what it reads).  ``register_estimator(name, factory)`` with an :class:`Estimator` subclass (or any
+factory) also works, for estimators that keep state.
 
 Modifiers.  ``"<name>+<modifier>"`` wraps an estimator: ``@register_modifier("hadw")`` on an
 :class:`EstimatorModifier` subclass.  A modifier's options go in ``<modifier>={...}`` or as
@@ -28,25 +42,31 @@ built-in modifier (``"stratified+hadw"``, ``"gigpo+hadw"``).
 Policy losses.  ``@register_policy_loss(name)`` on ``fn(x: PGInputs, *, option=default, ...) ->
 (loss, stats)``; :func:`get_policy_loss` returns a :class:`PolicyLoss` with validated options.  The
 definitions live in :mod:`stratagym.algorithms.losses`.
+
+This module imports none of the definitions: each family module registers its own entries when it is
+imported, and importing :mod:`stratagym.algorithms` (which any import of this module does first)
+imports them all.  The algorithms contract in ``pyproject.toml`` keeps the registry below them.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from torch import Tensor
 
+from stratagym.algorithms.returns import episode_returns, step_returns
 from stratagym.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_GAMMA",
     "AdvantageBatch",
     "Estimator",
     "EstimatorModifier",
     "FunctionEstimator",
-    "HADWEstimator",
     "PolicyLoss",
     "RegistryError",
     "UnknownNameError",
@@ -153,8 +173,6 @@ class AdvantageBatch:
 
 def batch_returns(batch: AdvantageBatch, gamma: float) -> Tensor:
     """Per-step discounted returns: ``batch.returns`` if given, else computed from traj/step."""
-    from stratagym.algorithms.advantages import step_returns
-
     if batch.returns is not None:
         return batch.returns
     return step_returns(batch.rewards, batch.traj, batch.step, gamma=gamma)
@@ -162,8 +180,6 @@ def batch_returns(batch: AdvantageBatch, gamma: float) -> Tensor:
 
 def batch_episode(batch: AdvantageBatch) -> Tensor:
     """Per-step-row trajectory total: ``batch.episode_rewards`` if given, else summed per traj."""
-    from stratagym.algorithms.advantages import episode_returns
-
     if batch.episode_rewards is not None:
         return batch.episode_rewards
     return episode_returns(batch.rewards, batch.traj)
@@ -244,21 +260,108 @@ class Estimator(abc.ABC):
         return f"{type(self).__name__}(name={self.name!r}, level={self.level!r}, config={self.config})"
 
 
+DEFAULT_GAMMA = 0.95  # the discount of derived step returns: the default of the ``gamma`` option they add
+
+# inputs an estimator function may name that are not read as they are: derived when the batch lacks them
+_DERIVED = {"step_returns": "returns", "episode_rewards": "episode"}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(AdvantageBatch))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How a registered function reads a batch, read once from its signature at registration.
+
+    ``inputs``: the parameters before ``*`` in order, each ``(name, required)``; ``options``: the
+    function's keyword options and their defaults; ``switches``: option -> the optional input it turns on.
+    """
+
+    inputs: tuple[tuple[str, bool], ...]
+    options: tuple[str, ...]
+    switches: Mapping[str, str]
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any], switches: Mapping[str, str]) -> "Binding":
+        inputs, options = [], []
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"{fn.__name__}: registered functions take named inputs and options, "
+                                "not *args/**kwargs")
+            if p.kind == p.KEYWORD_ONLY:
+                if p.default is p.empty:
+                    raise TypeError(f"{fn.__name__}: option {p.name!r} needs a default")
+                options.append(p.name)
+                continue
+            if p.name != "batch" and p.name not in _FIELDS and p.name not in _DERIVED:
+                raise TypeError(f"{fn.__name__}: input {p.name!r} is not an AdvantageBatch field "
+                                f"(nor {sorted(_DERIVED)}); options go after '*'")
+            if p.default is not p.empty and p.default is not None:
+                raise TypeError(f"{fn.__name__}: optional input {p.name!r} must default to None")
+            inputs.append((p.name, p.default is p.empty))
+        optional = {n for n, req in inputs if not req}
+        for opt, inp in switches.items():
+            if inp not in optional:
+                raise TypeError(f"{fn.__name__}: switch {opt!r} must turn on an optional input, not {inp!r}")
+        for n, req in inputs:
+            if not req and n in _DERIVED and n not in switches.values():
+                raise TypeError(f"{fn.__name__}: optional derived input {n!r} needs a switch option")
+        if any(n == "batch" for n, _ in inputs) and len(inputs) > 1:
+            raise TypeError(f"{fn.__name__}: a function that takes the whole 'batch' takes no other input")
+        return cls(tuple(inputs), tuple(options), dict(switches))
+
+    def defaults(self, fn: Callable[..., Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The entry's options: the function's, ``gamma`` when it reads derived returns, the switches."""
+        params = inspect.signature(fn).parameters
+        out = {n: params[n].default for n in self.options}
+        if any(n == "step_returns" for n, _ in self.inputs):
+            if "gamma" in out:
+                raise TypeError(f"{fn.__name__}: 'gamma' is the option of the derived step_returns")
+            out["gamma"] = DEFAULT_GAMMA
+        for opt in self.switches:
+            out[opt] = False
+        unknown = set(overrides) - set(out)
+        if unknown:
+            raise TypeError(f"{fn.__name__}: defaults for unknown option(s) {sorted(unknown)}")
+        return {**out, **overrides}
+
+    def fields(self) -> tuple[str, ...]:
+        """The batch fields a call needs as they are: ``rewards`` and the required plain inputs."""
+        plain = [n for n, req in self.inputs if req and n not in _DERIVED and n not in ("batch", "gather")]
+        return ("rewards", *[n for n in plain if n != "rewards"])
+
+    def derived(self) -> tuple[str, ...]:
+        return tuple(_DERIVED[n] for n, req in self.inputs if req and n in _DERIVED)
+
+    def call(self, fn: Callable[..., Tensor], batch: "AdvantageBatch", config: Mapping[str, Any]) -> Tensor:
+        args = []
+        for name, required in self.inputs:
+            if name == "batch":
+                args.append(batch)
+            elif name == "step_returns":
+                args.append(batch_returns(batch, config["gamma"]))
+            elif name == "episode_rewards":
+                on = required or any(config[o] for o, i in self.switches.items() if i == name)
+                args.append(batch_episode(batch) if on else None)
+            else:
+                args.append(getattr(batch, name))
+        return fn(*args, **{k: config[k] for k in self.options})
+
+
 class FunctionEstimator(Estimator):
-    """A stateless estimator defined by one function ``fn(batch, **options)`` (see
-    :func:`register_estimator`); ``defaults`` are the function's keyword options."""
+    """A stateless estimator defined by one function (see :func:`register_estimator`): ``binding``
+    reads its inputs from the batch; ``defaults`` are its options."""
 
     def __init__(self, fn: Callable[..., Tensor], *, name: str, level: str, requires: frozenset,
-                 fields: tuple, derived: tuple, defaults: dict[str, Any], batch_wide: bool = False,
-                 **config: Any) -> None:
+                 fields: tuple, derived: tuple, defaults: dict[str, Any], binding: Binding,
+                 batch_wide: bool = False, **config: Any) -> None:
         self.fn = fn
+        self.binding = binding
         self.batch_wide = batch_wide
         self.name, self.level, self.requires = name, level, requires
         self.fields, self.derived, self.defaults = fields, derived, defaults
         super().__init__(**config)
 
     def compute(self, batch: AdvantageBatch, **config: Any) -> Tensor:
-        return self.fn(batch, **config)
+        return self.binding.call(self.fn, batch, config)
 
 
 _REGISTRY: dict[str, Callable[..., Estimator]] = {}
@@ -270,41 +373,40 @@ def register_estimator(
     *,
     level: str = "trajectory",
     requires: Iterable[str] = (),
-    fields: Iterable[str] = ("rewards", "group"),
-    derived: Iterable[str] = (),
+    defaults: Optional[Mapping[str, Any]] = None,
+    switches: Optional[Mapping[str, str]] = None,
+    fields: Iterable[str] = (),
     overwrite: bool = False,
-    batch_wide: bool = False,
 ) -> Any:
     """Register an estimator under ``name`` (lower-case, no ``+``).
 
-    As a decorator on a function ``fn(batch, *, option=default, ...) -> Tensor`` (verl's
-    ``register_adv_est`` shape): the function's keyword options are the estimator's options, and
-    ``level`` / ``requires`` / ``fields`` / ``derived`` describe it (see the module docstring);
-    ``batch_wide``: it reads statistics of the whole batch through ``batch.gather`` (a data-parallel
-    trainer then calls it on every process, one with no row too, so all join the collective).  As a
-    call ``register_estimator(name, factory)``: ``factory(**config) -> Estimator``, usually an
+    As a decorator on the estimator's pure function (verl's ``register_adv_est`` shape): the signature
+    says what it reads and which options it has (see the module docstring), so there is no second list
+    to keep in step; ``defaults`` overrides option defaults (a variant under another name),
+    ``switches`` adds boolean options that turn on an optional derived input, ``fields`` adds batch
+    fields to require (for a function that takes the whole ``batch``).  As a call
+    ``register_estimator(name, factory)``: ``factory(**config) -> Estimator``, usually an
     :class:`Estimator` subclass (for estimators with state).  Either way the decorated object is
-    returned unchanged, so the function stays callable on its own.
+    returned unchanged, so decorators stack and the function stays callable on its own.
     """
     if level not in ("trajectory", "step"):
         raise ValueError(f"level must be 'trajectory' or 'step', got {level!r}")
-    bad = set(derived) - {"returns", "episode"}
-    if bad:
-        raise ValueError(f"derived may hold 'returns' and 'episode', got {sorted(bad)}")
 
     def add(obj: Any) -> Any:
         key = _check_key(name, _REGISTRY, "estimator", overwrite)
         if not callable(obj):
             raise TypeError("factory must be callable")
-        if isinstance(obj, type) and issubclass(obj, Estimator):
-            _REGISTRY[key] = obj
+        if factory is not None or (isinstance(obj, type) and issubclass(obj, Estimator)):
+            _REGISTRY[key] = obj  # a class or a plain factory
             return obj
-        if factory is not None:  # a plain factory given by call
-            _REGISTRY[key] = obj
-            return obj
-        defaults = _options_of(obj, 1)
-        spec = dict(name=key, level=level, requires=frozenset(requires), fields=tuple(fields),
-                    derived=tuple(derived), defaults=defaults, batch_wide=bool(batch_wide))
+        binding = Binding.of(obj, switches or {})
+        extra = tuple(f for f in fields if f not in binding.fields())
+        bad = set(extra) - _FIELDS
+        if bad:
+            raise ValueError(f"fields must be AdvantageBatch fields, got {sorted(bad)}")
+        spec = dict(name=key, level=level, requires=frozenset(requires), fields=binding.fields() + extra,
+                    derived=binding.derived(), defaults=binding.defaults(obj, defaults or {}),
+                    binding=binding, batch_wide=any(n == "gather" for n, _ in binding.inputs))
 
         def make(**config: Any) -> Estimator:
             return FunctionEstimator(obj, **spec, **config)
@@ -336,6 +438,7 @@ class EstimatorModifier(Estimator):
     """
 
     suffix: str = ""
+    needs: tuple = ()  # batch fields the modifier reads itself, required on top of the inner estimator's
 
     def __init__(self, inner: Estimator, **options: Any) -> None:
         unknown = set(options) - set(type(self).defaults)
@@ -348,7 +451,7 @@ class EstimatorModifier(Estimator):
         self.name = f"{inner.name}+{self.suffix}"
         self.level = inner.level
         self.requires = inner.requires
-        self.fields = inner.fields
+        self.fields = inner.fields + tuple(f for f in self.needs if f not in inner.fields)
         self.derived = inner.derived
         self.batch_wide = inner.batch_wide
         self.defaults = inner.defaults  # per-call options are the inner estimator's
@@ -356,6 +459,9 @@ class EstimatorModifier(Estimator):
 
     def check(self, batch: AdvantageBatch) -> None:
         self.inner.check(batch)
+        missing = [f for f in self.needs if getattr(batch, f, None) is None]
+        if missing:
+            raise ValueError(f"estimator {self.name!r} needs batch field(s) {missing}")
 
     def compute(self, batch: AdvantageBatch, **config: Any) -> Tensor:
         return self.modify(batch, self.inner.compute(batch, **config))
@@ -498,9 +604,8 @@ def list_policy_losses() -> list[str]:
 
 
 def get_policy_loss(name: str, **options: Any) -> PolicyLoss:
-    """A registered policy loss by name (or alias) with its options checked and defaults filled."""
-    from stratagym.algorithms import losses as _losses  # noqa: F401  (registers the built-ins)
-
+    """A registered policy loss by name (or alias) with its options checked and defaults filled (the
+    built-ins register when :mod:`stratagym.algorithms.losses` is imported, which the package does)."""
     key = str(name).lower()
     key = _LOSS_ALIASES.get(key, key)
     if key not in _LOSSES:
@@ -508,16 +613,3 @@ def get_policy_loss(name: str, **options: Any) -> PolicyLoss:
     fn, defaults, meta = _LOSSES[key]
     _check_loss_options(key, defaults, options)
     return PolicyLoss(key, fn, defaults, {**defaults, **options}, **meta)
-
-
-def __getattr__(name: str) -> Any:
-    """``HADWEstimator`` is defined beside HA-DW in ``advantages`` (which imports this module)."""
-    if name == "HADWEstimator":
-        from stratagym.algorithms.advantages import HADWEstimator
-
-        return HADWEstimator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# the built-in estimators and the HA-DW modifier register themselves when advantages is imported
-from stratagym.algorithms import advantages as _advantages  # noqa: E402,F401
