@@ -74,6 +74,8 @@ class RawGeneration:
     response_ids: Optional[list[int]] = None
     logprobs: Optional[list[float]] = None
     finish_reason: str = "length"  # "stop" (stop string), "eos", "length"
+    #: why a served model's ``tool_calls`` field could not be read (not a list...), else None
+    tool_calls_error: Optional[str] = None
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> int:
@@ -578,6 +580,39 @@ class ServerUnavailable(ConfigError):
     server, fix the URL or the model name), so the CLI prints it as one message, not a traceback."""
 
 
+def tool_calls_text(calls: Any) -> tuple[str, Optional[str]]:
+    """A chat response's ``tool_calls`` as the text the env's ``hermes`` parser reads (one
+    ``<tool_call>`` block per call, in order), and why the field could not be read, if so.
+
+    Why text: the env's action is text, and the same parser and rules (first call executed, schema
+    checked) then hold for served and local models. ``arguments`` (a JSON string in the OpenAI API) is
+    decoded when it is JSON and passed on as the string otherwise, which the env reports as invalid.
+    """
+    from stratagym.envs.tool_calls import format_call
+
+    if calls is None:
+        return "", None
+    if not isinstance(calls, list):
+        return "", f"the server's tool_calls field is a {type(calls).__name__}, not a list"
+    parts = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            parts.append("<tool_call>\n" + json.dumps(call if isinstance(call, (dict, list, str, int, float)) else str(call)) + "\n</tool_call>")
+            continue
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                pass
+        if isinstance(args, dict) and isinstance(fn.get("name"), str):
+            parts.append(format_call(fn["name"], args))
+        else:
+            parts.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False) + "\n</tool_call>")
+    return "".join("\n" + p for p in parts), None
+
+
 class OpenAIGenerator:
     """Completions from an OpenAI-compatible HTTP endpoint (chat or plain completions API).
 
@@ -617,7 +652,8 @@ class OpenAIGenerator:
         self.max_retries = max(0, int(max_retries))
         self.include_stop = include_stop_str_in_output
 
-    def _request(self, prompt: Any, stop: Sequence[str], cfg: SamplingConfig, greedy: bool) -> RawGeneration:
+    def _request(self, prompt: Any, stop: Sequence[str], cfg: SamplingConfig, greedy: bool,
+                 tools: Optional[Sequence[Any]] = None) -> RawGeneration:
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": cfg.max_new_tokens,
@@ -631,6 +667,8 @@ class OpenAIGenerator:
             body["include_stop_str_in_output"] = True
         if self.endpoint == "chat":
             body["messages"] = prompt
+            if tools:  # the tools protocol: the server renders them and returns structured tool_calls
+                body["tools"] = list(tools)
             if prompt and prompt[-1].get("role") == "assistant":  # Search-R1's growing assistant turn: continue
                 body["continue_final_message"] = True  # it, as the local render does (vLLM's and TGI's chat
                 body["add_generation_prompt"] = False  # servers take these; OpenAI's API has no such turn)
@@ -655,6 +693,13 @@ class OpenAIGenerator:
                 text = choice["message"]["content"] if self.endpoint == "chat" else choice["text"]
                 text = text or ""
                 finish = choice.get("finish_reason") or "length"
+                if self.endpoint == "chat" and tools:
+                    calls_text, calls_error = tool_calls_text(choice["message"].get("tool_calls"))
+                    if calls_text or finish == "tool_calls":
+                        return RawGeneration((text + calls_text) if text.strip() else calls_text.lstrip("\n"),
+                                             None, None, "stop", calls_error)
+                    if calls_error:
+                        return RawGeneration(text, None, None, "stop" if finish == "stop" else finish, calls_error)
                 if finish == "stop":
                     text = repair_stop(text, stop)
                     end = _first_stop(text, stop)
@@ -675,13 +720,16 @@ class OpenAIGenerator:
                                 f"{type(last_exc).__name__}: {last_exc}") from last_exc
 
     def generate_prompts(
-        self, prompts: Sequence[Any], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False
+        self, prompts: Sequence[Any], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False,
+        tools: Optional[Sequence[Optional[Sequence[Any]]]] = None,
     ) -> list[RawGeneration]:
-        """``prompts``: chat message lists (``endpoint="chat"``) or prompt strings (``"completions"``)."""
+        """``prompts``: chat message lists (``endpoint="chat"``) or prompt strings (``"completions"``);
+        ``tools``: per prompt, the function schemas sent as the request's ``tools`` (chat only) or None."""
+        per = list(tools) if tools is not None else [None] * len(prompts)
         if len(prompts) <= 1:
-            return [self._request(p, stop, cfg, greedy) for p in prompts]
+            return [self._request(p, stop, cfg, greedy, t) for p, t in zip(prompts, per)]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
-            return list(pool.map(lambda p: self._request(p, stop, cfg, greedy), prompts))
+            return list(pool.map(lambda pt: self._request(pt[0], stop, cfg, greedy, pt[1]), zip(prompts, per)))
 
     def close(self) -> None:
         self.client.close()

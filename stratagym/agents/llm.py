@@ -46,6 +46,7 @@ from stratagym.agents.policy import (
     unwrap_model,
 )
 from stratagym.agents.prompts import PromptTemplate, template_for_env
+from stratagym.agents.tool_messages import chat_template_has_tools, fallback_messages, openai_messages
 from stratagym.errors import ConfigError
 from stratagym.ops import token_logprobs
 
@@ -90,6 +91,9 @@ class LLMConfig:
     included), GPUs and longer batches use the transformers forward. False always calls the transformers
     model.
     ``vllm`` / ``openai``: keyword arguments of those backends.
+    ``chat_template``: replace the tokenizer's chat template: a Jinja file, or ``trl:NAME`` for a template
+    the installed TRL package ships (``trl:qwen2_5``: Qwen2.5's, with a tool section, for models whose own
+    template has none, under the tools protocol); None keeps the model's.
     """
 
     model: str = ""
@@ -113,6 +117,7 @@ class LLMConfig:
     fused_scoring: bool = True
     vllm: dict[str, Any] = field(default_factory=dict)
     openai: dict[str, Any] = field(default_factory=dict)
+    chat_template: Optional[str] = None
 
     def validate(self) -> None:
         if self.backend not in _BACKENDS:
@@ -141,6 +146,24 @@ class LLMConfig:
         if unknown:
             raise ConfigError(f"unknown policy option(s) {sorted(unknown)}; valid: {sorted(known)}")
         return cls(**data)
+
+
+def load_chat_template(spec: str) -> str:
+    """The Jinja text ``policy.chat_template`` names: a file, or ``trl:NAME`` (a template in TRL's package)."""
+    if spec.startswith("trl:"):
+        try:
+            import trl
+        except ImportError as exc:
+            raise ConfigError(f"policy.chat_template {spec!r} needs the trl package (pip install trl)") from exc
+        path = Path(trl.__file__).parent / "chat_templates" / f"{spec[4:]}.jinja"
+        if not path.is_file():
+            names = sorted(p.stem for p in path.parent.glob("*.jinja"))
+            raise ConfigError(f"TRL ships no chat template {spec[4:]!r}; choose one of {names[:12]}...")
+        return path.read_text()
+    path = Path(spec)
+    if not path.is_file():
+        raise ConfigError(f"policy.chat_template {spec!r} is neither a Jinja file nor trl:NAME (e.g. trl:qwen2_5)")
+    return path.read_text()
 
 
 def _resolve_device(device: str) -> torch.device:
@@ -254,6 +277,8 @@ class LLMPolicy:
                 "safetensors weights (the hub is not reachable offline)."
             ) from exc
         tokenizer.padding_side = "left"
+        if config.chat_template:
+            tokenizer.chat_template = load_chat_template(config.chat_template)
         model.to(device)
         if config.lora and not adapter.exists():
             model = _apply_lora(model, config.lora)
@@ -401,13 +426,23 @@ class LLMPolicy:
         tmpl = self.template_for(request)
         return tmpl.build(request.observation, request.info, request.history, self.config.memory_k)
 
-    def render(self, messages: list[dict[str, str]]) -> str:
-        """Prompt text with the tokenizer's chat template (continuing a final assistant message)."""
+    def render(self, messages: list[dict[str, str]], tools: Optional[Sequence[Any]] = None) -> str:
+        """Prompt text with the tokenizer's chat template (continuing a final assistant message).
+
+        ``tools`` (the tools protocol's schemas) go to the chat template when it has a tool section;
+        otherwise, and without a chat template, the documented fallback
+        (:func:`stratagym.agents.tool_messages.fallback_messages`: the schemas in a system message)."""
         tok = self.tokenizer
+        kwargs: dict[str, Any] = {}
+        if tools:
+            if tok is not None and chat_template_has_tools(tok):
+                kwargs["tools"] = list(tools)
+            else:
+                messages = fallback_messages(messages, tools)
         if tok is not None and getattr(tok, "chat_template", None):
             if messages and messages[-1]["role"] == "assistant":
-                return tok.apply_chat_template(messages, tokenize=False, continue_final_message=True)
-            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+                return tok.apply_chat_template(messages, tokenize=False, continue_final_message=True, **kwargs)
+            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
         return "\n\n".join(m["content"] for m in messages) + "\n"
 
     def prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
@@ -426,26 +461,35 @@ class LLMPolicy:
         by_stop: dict[tuple[str, ...], list[int]] = {}
         for i, t in enumerate(templates):
             by_stop.setdefault(t.stop, []).append(i)
+        tools = [r.info.get("tool_schemas") if r.info.get("protocol") == "tools" else None for r in requests]
         for stop, idx in by_stop.items():
             if self.config.backend == "openai":
                 gen = self.backend
                 if gen.endpoint == "chat":
-                    prompts: list[Any] = [messages[i] for i in idx]
+                    # the tools protocol: the server gets the schemas and a structured conversation, and
+                    # answers with tool_calls (no stop string: its tool parser needs the closing tag)
+                    prompts: list[Any] = [openai_messages(messages[i]) if tools[i] else messages[i] for i in idx]
+                    if any(tools[i] for i in idx):
+                        stop = ()
                 else:
-                    prompts = [self.render(messages[i]) for i in idx]
-                raws = gen.generate_prompts(prompts, stop, self.sampling, greedy=greedy)
+                    prompts = [self.render(messages[i], tools[i]) for i in idx]
+                raws = gen.generate_prompts(prompts, stop, self.sampling, greedy=greedy,
+                                            tools=[tools[i] for i in idx] if gen.endpoint == "chat" else None)
                 for i, raw in zip(idx, raws):
                     parsed = templates[i].parse(raw.text)
-                    out[i] = Generation(parsed.action, {"text": raw.text}, raw.text, parsed.format_ok, 0,
-                                        {"finish_reason": raw.finish_reason})
+                    extra: dict[str, Any] = {"finish_reason": raw.finish_reason}
+                    if raw.tool_calls_error:
+                        extra["tool_calls_error"] = raw.tool_calls_error
+                    out[i] = Generation(parsed.action, {"text": raw.text}, raw.text,
+                                        parsed.format_ok and not raw.tool_calls_error, 0, extra)
                 continue
             # the G episodes of a group usually share their prompt: render and tokenise each distinct one once
-            keys = [tuple(tuple(sorted(m.items())) for m in messages[i]) for i in idx]
+            keys = [(tuple(tuple(sorted(m.items())) for m in messages[i]), bool(tools[i])) for i in idx]
             first: dict[Any, int] = {}
             for k, i in zip(keys, idx):
                 first.setdefault(k, i)
             uniq = list(first)
-            upids = self.prompt_ids([self.render(messages[first[k]]) for k in uniq])
+            upids = self.prompt_ids([self.render(messages[first[k]], tools[first[k]]) for k in uniq])
             slot = {k: j for j, k in enumerate(uniq)}
             pids = [upids[slot[k]] for k in keys]
             if self.config.backend == "vllm" and self._dirty:

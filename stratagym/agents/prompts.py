@@ -13,6 +13,10 @@ env. Families:
   actions; the model thinks in ``<think>`` and acts in ``<action> ... </action>``; generation stops at
   ``</action>``; the action is the text inside the last ``<action>`` tag.
 * ``plain``: any other env: the observation and history; the whole response is the action.
+* ``tools``: any env played under the tools protocol (``info["protocol"] == "tools"``, whatever the
+  spec names): the task as the user message, each earlier turn as the assistant's response and a
+  ``tool`` message with the env's answer; the policy passes ``info["tool_schemas"]`` to the chat
+  template; generation stops at ``</tool_call>``; the response is the action (the env parses the call).
 
 Templates are plain data + small functions, so a new env family adds one without touching the policy.
 """
@@ -35,6 +39,8 @@ __all__ = [
     "template_for_env",
     "parse_search_r1",
     "parse_think_action",
+    "parse_tools",
+    "TOOLS",
 ]
 
 
@@ -97,6 +103,8 @@ class PromptTemplate:
     system: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     format_action: Optional[Callable[[str], str]] = None
+    #: like ``format_action`` where the format depends on the env (its tools): ``(env_id, action) -> response``
+    format_env_action: Optional[Callable[[str, str], str]] = None
 
 
 # ---- Search-R1 --------------------------------------------------------------------------------------
@@ -197,14 +205,55 @@ THINK_ACTION = PromptTemplate("think_action", _build_think_action, parse_think_a
                               format_action=_format_think_action)
 PLAIN = PromptTemplate("plain", _build_plain, parse_plain, stop=())
 
-TEMPLATES: dict[str, PromptTemplate] = {t.name: t for t in (SEARCH_R1, THINK_ACTION, PLAIN)}
+# ---- tools (the tools protocol of any env) -------------------------------------------------------------
+
+
+def _build_tools(observation: str, info: dict[str, Any], history: Sequence[Turn], memory_k: int) -> list[dict[str, str]]:
+    task = history[0].observation if history else observation
+    msgs = [{"role": "user", "content": task}]
+    if not history:
+        return msgs
+    turns = list(history)[-memory_k:] if memory_k > 0 else []
+    kept_from = len(history) - len(turns)
+    for i, turn in enumerate(turns):
+        nxt = history[kept_from + i + 1].observation if kept_from + i + 1 < len(history) else observation
+        msgs.append({"role": "assistant", "content": turn.action})
+        msgs.append({"role": "tool", "content": nxt})
+    if not turns:  # memory_k = 0: the task and the current observation only
+        msgs.append({"role": "user", "content": observation})
+    return msgs
+
+
+def parse_tools(response: str) -> ParsedAction:
+    """The tools protocol: the response (up to the stop string) is the action, which the env parses;
+    well-formed when its first call outside ``<think>`` reads as a call (``hermes`` format)."""
+    from stratagym.envs.tool_calls import ToolCall, parse_hermes, strip_reasoning
+
+    calls = parse_hermes(strip_reasoning(response))
+    return ParsedAction(response.strip(), bool(calls) and isinstance(calls[0], ToolCall))
+
+
+def _format_tool_action(env_id: str, action: str) -> str:
+    """An expert's action (the env's own action text) as the tool call that stands for it."""
+    from stratagym.envs.tool_calls import format_call, tool_set_for
+
+    call = tool_set_for(env_id).from_action(action)
+    return action if call is None else format_call(call.name, call.arguments)
+
+
+TOOLS = PromptTemplate("tools", _build_tools, parse_tools, stop=("</tool_call>",), format_env_action=_format_tool_action)
+
+TEMPLATES: dict[str, PromptTemplate] = {t.name: t for t in (SEARCH_R1, THINK_ACTION, PLAIN, TOOLS)}
 
 def template_for_env(env_id: str, info: dict[str, Any] | None = None, override: str | None = None) -> PromptTemplate:
     """The template for ``env_id``: an explicit ``override`` name, else the one its ``EnvSpec`` names
-    (``prompt_template``), else ``think_action`` when the env lists admissible actions, else ``plain``."""
+    (``prompt_template``), else ``think_action`` when the env lists admissible actions, else ``plain``;
+    ``tools`` whenever the env plays the tools protocol (``info["protocol"]``)."""
     from stratagym.envs.registry import get_spec
     from stratagym.errors import ConfigError
 
+    if info is not None and info.get("protocol") == "tools":
+        return TOOLS  # the env speaks the tools protocol: no tag template would be understood
     name = override
     if not name:
         try:

@@ -418,6 +418,8 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         context_k: int = 4,
         render_mode: str | None = None,
         max_action_chars: int | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(
@@ -438,6 +440,8 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         self._tool_calls: Counter[str] = Counter()
         self._last_observation = ""
         self._done = False
+        self.protocol = protocol
+        self._tools = _ToolProtocol.build(self, protocol, tool_parser)
 
     # ---- subclass API ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -470,6 +474,42 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
     def invalid_action_result(self, problem: str) -> StepResult:
         """The step an unusable action (wrong type, too long) produces; subclasses may reword it."""
         return StepResult(observation=f"Invalid action: {problem}.", action_valid=False)
+
+    # ---- the tools protocol (stratagym.envs.tool_calls) ---------------------------------------------
+    #: ``"module:attr"`` of the family's :class:`~stratagym.envs.tool_calls.ToolSet`; None: no tools protocol.
+    tool_set: str | None = None
+
+    def tools_observation(self, observation: str) -> str:
+        """The first observation as the tools protocol shows it (a family whose prompt teaches its tags,
+        like SearchQA, rewords it); the tag protocol's text stays the hashed state, so both protocols
+        report the same hashes."""
+        return observation
+
+    def _call_tool(self, call: Any) -> StepResult:
+        """Run a checked tool call: by default the tool's function writes the env's own action text."""
+        text, problem = sanitize_action(self._tools.tools.action(call), self.max_action_chars)
+        return self._step(text) if problem is None else self._tool_invalid(problem)
+
+    def _tool_invalid(self, problem: str) -> StepResult:
+        """An invalid tool turn: the env's own invalid step (its state, so the same hash as under the tag
+        protocol, and its end-of-episode info), shown as the reason and the tools to call."""
+        result = self.invalid_action_result(problem)
+        if result.state_hash is None and result.state_text is None:
+            result.state_text = result.observation
+        result.observation = (f"Invalid tool call: {problem}. Call one of the tools ({self._tools.tools.signature()}) as "
+                              '<tool_call>{"name": ..., "arguments": {...}}</tool_call>.')
+        result.action_valid = False
+        result.info = {**result.info, "invalid_reason": problem}
+        return result
+
+    def _tool_step(self, text: str) -> StepResult:
+        turn = self._tools.resolve(text)
+        result = self._call_tool(turn.call) if turn.call is not None else self._tool_invalid(str(turn.problem))
+        extra = {"tool_call": turn.call.name} if turn.call is not None else {}
+        if turn.ignored:
+            extra["ignored_tool_calls"] = turn.ignored
+        result.info = {**result.info, **extra, **self._tools.info}
+        return result
 
     # ---- gymnasium API --------------------------------------------------------------------------
     @property
@@ -511,13 +551,16 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         super().reset(seed=seed)
         task_id = self.choose_task(options)
         observation, extra = self._reset_task(task_id)
-        observation = self._fit(observation)
+        observation = state = self._fit(observation)
+        if self._tools is not None:
+            observation = self._fit(self.tools_observation(observation))
+            extra = {**extra, **self._tools.info}
         self._task_id = task_id
         self._step_index = 0
         self._tool_calls = Counter()
         self._done = False
         self._last_observation = observation
-        self._context.reset(observation)
+        self._context.reset(state)
         return observation, self._info(action_valid=True, won=False, score=0.0, extra=extra)
 
     def step(self, action: str):
@@ -527,7 +570,12 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
             result = StepResult(observation=_EPISODE_OVER, action_valid=False, terminated=True)
         else:
             text, problem = sanitize_action(action, self.max_action_chars)
-            result = self._step(text) if problem is None else self.invalid_action_result(problem)
+            if self._tools is not None:
+                result = self._tool_step(text) if problem is None else self._tool_invalid(problem)
+                if problem is not None:
+                    result.info = {**result.info, **self._tools.info}
+            else:
+                result = self._step(text) if problem is None else self.invalid_action_result(problem)
         return self._finish_step(result)
 
     def _finish_step(self, result: StepResult):
@@ -599,6 +647,35 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
 
 
 _make_info = None  # _speedups.make_info once bound
+
+
+class _ToolProtocol:
+    """An env's tools protocol: its tool set, its parser and the ``info`` keys the policy reads
+    (``protocol``, ``tool_schemas``: the same list object every step)."""
+
+    def __init__(self, tools: Any, parser: Any):
+        self.tools, self.parser = tools, parser
+        self.info = {"protocol": "tools", "tool_schemas": tools.schemas()}
+
+    @classmethod
+    def build(cls, env: "TextEnv", protocol: str, parser_name: str) -> "_ToolProtocol | None":
+        from stratagym.envs import tool_calls
+
+        if protocol not in tool_calls.PROTOCOLS:
+            raise ConfigError(f"protocol must be one of {list(tool_calls.PROTOCOLS)}, got {protocol!r}")
+        parser = tool_calls.get_tool_parser(parser_name)
+        if protocol == "tags":
+            return None
+        if env.tool_set is None:
+            raise ConfigError(f"{type(env).__name__} has no tools protocol (no tool_set); use protocol='tags'")
+        from stratagym.envs.registry import load_object
+
+        return cls(load_object(env.tool_set), parser)
+
+    def resolve(self, text: str) -> Any:
+        from stratagym.envs.tool_calls import resolve_turn
+
+        return resolve_turn(text, self.tools, self.parser)
 
 
 def _bind_speedups(module: Any) -> None:

@@ -26,6 +26,12 @@ Search-R1 turns itself (its think text states which hop it is on); for the ``thi
 bare expert action is wrapped as ``<think>...</think>\\n<action> a </action>`` with a think text that only
 restates what the expert did, never an invented fact.
 
+Under the tools protocol (``env_kwargs`` with ``protocol: tools``) each completion is the tool call that
+stands for the expert's action (``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>``),
+the record carries the env's ``tools`` (JSON schemas), and ``messages`` is in TRL's conversational format
+with structured ``tool_calls`` and ``tool`` messages, which ``SFTTrainer`` renders with
+``apply_chat_template(messages, tools=tools)``; ``stratagym sft`` renders each turn with the same tools.
+
 Demonstrations come from train splits only: :func:`collect_demos` refuses a split that is not a train
 split and any task id that also belongs to one of the env's evaluation splits.
 """
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from stratagym.agents.prompts import PromptTemplate, template_for_env
+from stratagym.agents.tool_messages import trl_messages
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -90,7 +97,7 @@ class _DemoPolicy:
         for req, gen in zip(requests, expert):
             tmpl = self.template_for(req)
             messages = tmpl.build(req.observation, req.info, req.history, self.memory_k)
-            completion = expert_completion(tmpl, gen.action)
+            completion = expert_completion(tmpl, gen.action, env_id=req.env_id)
             parsed = tmpl.parse(completion)
             payload = {"messages": messages, "completion": completion}
             out.append(Generation(action=parsed.action, payload=payload, text=completion, format_ok=parsed.format_ok))
@@ -103,15 +110,18 @@ class _DemoPolicy:
         return self
 
 
-def expert_completion(template: PromptTemplate, action: str) -> str:
+def expert_completion(template: PromptTemplate, action: str, *, env_id: str = "") -> str:
     """The expert's action as a model response in ``template``'s format.
 
     An action that already parses as well-formed for the template (the SearchQA oracle writes full
     Search-R1 turns) is kept as written. A bare action (ALFWorld planner, WebShop oracle) is written the
     way the template says (``PromptTemplate.format_action``: think/action tags whose think text only
-    restates the expert's choice).
+    restates the expert's choice). Under the tools protocol the action becomes the tool call that stands
+    for it (``format_env_action``: the env's tool set maps its own action text to a call).
     """
     action = action.strip()
+    if template.format_env_action is not None and env_id and not template.parse(action).format_ok:
+        return template.format_env_action(env_id, action)
     if template.parse(action).format_ok or template.format_action is None:
         return action
     return template.format_action(action)
@@ -243,9 +253,12 @@ def collect_demos(
         if only_won and not traj.won:
             continue
         turns = [{"prompt": s.payload["messages"], "completion": s.payload["completion"]} for s in traj.steps]
-        tmpl_name = template or template_for_env(env_id, None, None).name
+        tools = tool_schemas_of(env_id, kwargs)
+        tmpl_name = template_for_env(env_id, {"protocol": "tools"}, None).name if tools else (
+            template or template_for_env(env_id, None, None).name)
         records.append({
-            "messages": episode_messages(turns),
+            "messages": trl_messages(episode_messages(turns)) if tools else episode_messages(turns),
+            **({"tools": tools} if tools else {}),
             "turns": turns,
             "env_id": env_id,
             "task_id": traj.task_id,
@@ -260,6 +273,15 @@ def collect_demos(
             "env_kwargs": {k: v for k, v in kwargs.items() if _jsonable(v)},
         })
     return records
+
+
+def tool_schemas_of(env_id: str, env_kwargs: dict[str, Any]) -> Optional[list[dict[str, Any]]]:
+    """The env's tool schemas when ``env_kwargs`` choose the tools protocol, else None (tag protocols)."""
+    if env_kwargs.get("protocol", "tags") != "tools":
+        return None
+    from stratagym.envs.tool_calls import tool_set_for
+
+    return tool_set_for(env_id).schemas()
 
 
 def _progress(enabled: bool, total: int) -> Any:

@@ -213,7 +213,7 @@ def build_examples(records: Sequence[dict[str, Any]], policy: Any) -> list[dict[
         cur_mask: list[int] = []
         cur_text: Optional[str] = None
         for turn in rec["turns"]:
-            prompt_text = policy.render(turn["prompt"])
+            prompt_text = policy.render(turn["prompt"], rec.get("tools"))
             prompt_ids = ids_of(prompt_text)
             merged = False
             if cur_text is not None and prompt_text.startswith(cur_text) and prompt_ids[: len(cur_ids)] == cur_ids:

@@ -66,6 +66,8 @@ class ALFWorldEnv(TextEnv):
         Leave "help" out of ``info["admissible_actions"]`` (stock ALFWorld lists it; default False).
     """
 
+    #: the tools protocol (``protocol="tools"``): one tool, ``act(command)``
+    tool_set = "stratagym.envs.alfworld.tools:TOOLS"
     max_observation_chars = 16_384  # ALFWorld's longest texts (intro, help) are ~1-2k characters
     max_action_chars = 4096
 
@@ -82,8 +84,10 @@ class ALFWorldEnv(TextEnv):
         max_steps: int = 50,
         context_k: int = 4,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
-        super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode)
+        super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser)
         self.games: GameSet = resolve_games(split, data_path, task_types)
         self.split = self.games.split
         #: where the games come from: "bundled" (generated) or the ALFWorld data folder (records keep it)

@@ -44,6 +44,11 @@ from stratagym.metrics import exact_match, f1, substring_match
 __all__ = ["SearchQAEnv"]
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
+#: The first observation under the tools protocol: the question, and what the two tools are for.
+TOOLS_INSTRUCTION = (
+    "Answer the given question. Reason first if you like; call the search tool to look up passages in the "
+    "knowledge base (as often as you need), then call the answer tool with a short answer. Question: "
+)
 #: One table of formatted passages per process: every env shares the retriever, so they meet the same passages.
 PASSAGE_TABLE = PassageText()
 _INVALID_HASH = stable_hash(INVALID_ACTION_MESSAGE)
@@ -69,8 +74,13 @@ class SearchQAEnv(TextEnv):
     * ``max_query_chars`` (``None``: no limit, as Search-R1) -- longer queries become invalid turns;
     * ``accept_unclosed_tags`` (``False``, as Search-R1) -- treat a turn that ends inside an unclosed
       ``<search>``/``<answer>`` as closed (for generators that strip the stop string);
-    * ``prompt_template`` -- with a ``{question}`` field (Search-R1's by default).
+    * ``prompt_template`` -- with a ``{question}`` field (Search-R1's by default);
+    * ``protocol`` -- ``"tags"`` (Search-R1's, default) or ``"tools"``: the tools ``search(query)`` and
+      ``answer(text)`` called as ``<tool_call>`` JSON (:mod:`stratagym.envs.tool_calls`), read by the
+      ``tool_parser`` named (``"hermes"``); the same searches, answers, rewards and hashes.
     """
+
+    tool_set = "stratagym.envs.search_qa.tools:TOOLS"
 
     metadata = {**TextEnv.metadata, "stop_strings": STOP_STRINGS}
     max_observation_chars = 1 << 20
@@ -99,12 +109,14 @@ class SearchQAEnv(TextEnv):
         retrieval_retries: int = 3,
         render_mode: str | None = None,
         max_action_chars: int | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
         if int(max_turns) < 0:
             raise ConfigError(f"max_turns (search rounds) must be >= 0, got {max_turns}")
         # Search-R1: max_turns rounds that may search, then one final turn (``run_llm_loop``).
         super().__init__(max_steps=int(max_turns) + 1, context_k=context_k, render_mode=render_mode,
-                         max_action_chars=max_action_chars)
+                         max_action_chars=max_action_chars, protocol=protocol, tool_parser=tool_parser)
         if topk < 1:
             raise ConfigError(f"topk must be >= 1, got {topk}")
         if max_query_chars is not None and max_query_chars < 1:
@@ -137,7 +149,7 @@ class SearchQAEnv(TextEnv):
         self._overlap = episode_overlap(self.dataset, self.split)
         self._example: QAExample | None = None
         cls = type(self)
-        self._fused = all(getattr(cls, name) is getattr(SearchQAEnv, name) for name in _FUSED)
+        self._fused = self._tools is None and all(getattr(cls, name) is getattr(SearchQAEnv, name) for name in _FUSED)
 
     # ---- tasks ----------------------------------------------------------------------------------
     def task_ids(self) -> Sequence[str]:
@@ -222,6 +234,21 @@ class SearchQAEnv(TextEnv):
 
     def invalid_action_result(self, problem: str) -> StepResult:
         return self._invalid(problem)
+
+    def tools_observation(self, observation: str) -> str:
+        """The question with an instruction to use the tools instead of Search-R1's tags."""
+        question = self._example.question if self._example is not None else observation
+        return TOOLS_INSTRUCTION + question.strip()
+
+    def _call_tool(self, call: Any) -> StepResult:
+        """A checked call runs the search or answer step itself (never through tag text, so an argument
+        holding ``</search>`` is searched as written); queries obey ``max_query_chars`` as tags do."""
+        if call.name == "answer":
+            return self._answer(str(call.arguments["text"]).strip())
+        query = str(call.arguments["query"]).strip()
+        if self.max_query_chars is not None and len(query) > self.max_query_chars:
+            return self._tool_invalid(f"the search query is too long ({len(query)} > {self.max_query_chars} characters)")
+        return self._search(query)
 
     def _last_turn(self) -> bool:
         return self._step_index + 1 >= self.max_steps

@@ -47,6 +47,8 @@ class SyntheticEnv(TextEnv):
 
     max_observation_chars = 2048
     max_action_chars = 512
+    #: the tools protocol (``protocol="tools"``): one tool, ``act(action)`` with a listed action
+    tool_set = "stratagym.envs.synthetic.tools:TOOLS"
 
     def __init__(self, *, oracle_info: bool = False, **kwargs: Any):
         super().__init__(**kwargs)

@@ -76,6 +76,8 @@ class CueCorridorEnv(SyntheticEnv):
         valued: bool = False,
         oracle_info: bool = False,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
         n_tasks = check_positive("n_tasks", n_tasks)
         self.valued = bool(valued)
@@ -86,7 +88,7 @@ class CueCorridorEnv(SyntheticEnv):
         steps_needed = self.segments * (self.corridor + 3)
         super().__init__(
             max_steps=max_steps or steps_needed + 4, context_k=context_k, oracle_info=oracle_info,
-            render_mode=render_mode,
+            render_mode=render_mode, protocol=protocol, tool_parser=tool_parser,
         )
         self._tasks: dict[str, dict[str, Any]] = {}
         for i in range(n_tasks):

@@ -41,6 +41,8 @@ class DifficultyMixEnv(SyntheticEnv):
         context_k: int = 4,
         oracle_info: bool = False,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
         n_easy = check_positive("n_easy", n_easy, 0)
         n_hard = check_positive("n_hard", n_hard, 0)
@@ -50,7 +52,7 @@ class DifficultyMixEnv(SyntheticEnv):
         hard_options = check_positive("hard_options", hard_options, 1)
         if max(easy_options, hard_options) > 90:
             raise ConfigError("at most 90 codes per task (two-digit codes 10..99)")
-        super().__init__(max_steps=max_steps, context_k=context_k, oracle_info=oracle_info, render_mode=render_mode)
+        super().__init__(max_steps=max_steps, context_k=context_k, oracle_info=oracle_info, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser)
         self._tasks: dict[str, dict[str, Any]] = {}
         for i in range(n_easy + n_hard):
             hard = i >= n_easy

@@ -47,12 +47,14 @@ class DifficultySharedEnv(SyntheticEnv):
         context_k: int = 4,
         oracle_info: bool = False,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
         n_easy = check_positive("n_easy", n_easy, 0)
         n_hard = check_positive("n_hard", n_hard, 0)
         if n_easy + n_hard == 0:
             raise ConfigError("DifficultyShared needs at least one task: set n_easy or n_hard > 0")
-        super().__init__(max_steps=max_steps, context_k=context_k, oracle_info=oracle_info, render_mode=render_mode)
+        super().__init__(max_steps=max_steps, context_k=context_k, oracle_info=oracle_info, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser)
         self._difficulty = {f"t{i:02d}": ("hard" if i >= n_easy else "easy") for i in range(n_easy + n_hard)}
         self._set_tasks(list(self._difficulty))
         self._level = ""

@@ -52,6 +52,8 @@ class SearchArchivesEnv(SyntheticEnv):
         context_k: int = 4,
         oracle_info: bool = False,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
         n_tasks = check_positive("n_tasks", n_tasks)
         n_candidates = check_positive("n_candidates", n_candidates, 2)
@@ -66,7 +68,7 @@ class SearchArchivesEnv(SyntheticEnv):
         self.full_bonus = float(full_bonus)
         super().__init__(
             max_steps=max(self.full_searches, self.summary_searches) + 4, context_k=context_k,
-            oracle_info=oracle_info, render_mode=render_mode,
+            oracle_info=oracle_info, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser,
         )
         self._tasks: dict[str, dict[str, Any]] = {}
         for i in range(n_tasks):

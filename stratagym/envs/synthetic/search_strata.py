@@ -54,6 +54,8 @@ class SearchStrataEnv(SyntheticEnv):
         context_k: int = 4,
         oracle_info: bool = False,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
         n_tasks = check_positive("n_tasks", n_tasks)
         n_candidates = check_positive("n_candidates", n_candidates, 2)
@@ -66,7 +68,7 @@ class SearchStrataEnv(SyntheticEnv):
             )
         super().__init__(
             max_steps=max_steps or max_searches + 2, context_k=context_k, oracle_info=oracle_info,
-            render_mode=render_mode,
+            render_mode=render_mode, protocol=protocol, tool_parser=tool_parser,
         )
         self.n_candidates = n_candidates
         self.max_searches = max_searches

@@ -114,8 +114,10 @@ class WebShopBrowserEnv(WebShopEnvBase):
         max_steps: int = 15,
         context_k: int = 4,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
-        super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode)
+        super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser)
         for path, what in ((chromium, "chromium"), (chromedriver, "chromedriver")):
             if not (os.path.isfile(path) and os.access(path, os.X_OK)):
                 raise ConfigError(

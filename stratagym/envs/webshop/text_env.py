@@ -106,6 +106,9 @@ def build_site(config: SiteConfig | None = None, **options: Any) -> ShopSite:
 class WebShopEnvBase(TextEnv):
     """What both WebShop front ends share: the site (catalog, search engine, page model) and a split's goals."""
 
+    #: the tools protocol (``protocol="tools"``): one tool, ``act(command)``
+    tool_set = "stratagym.envs.webshop.tools:TOOLS"
+
     def _open_site(self, split: str, config: SiteConfig) -> None:
         self._site_config = config
         self.site = build_site(config)
@@ -188,8 +191,10 @@ class WebShopTextEnv(WebShopEnvBase):
         max_steps: int = 15,
         context_k: int = 4,
         render_mode: str | None = None,
+        protocol: str = "tags",
+        tool_parser: str = "hermes",
     ):
-        super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode)
+        super().__init__(max_steps=max_steps, context_k=context_k, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser)
         if observation_mode not in OBSERVATION_MODES:
             raise ConfigError(f"unknown WebShop observation_mode {observation_mode!r}; use one of {OBSERVATION_MODES}")
         self.observation_mode = observation_mode

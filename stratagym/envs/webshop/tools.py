@@ -1,0 +1,20 @@
+"""WebShop's tool (the ``tools`` protocol, :mod:`stratagym.envs.tool_calls`): ``act(command)`` with
+WebShop's own commands; the clickable elements stay in ``info["admissible_actions"]``."""
+
+from __future__ import annotations
+
+from stratagym.envs.tool_calls import ToolSet
+
+__all__ = ["TOOLS", "act"]
+
+
+def act(command: str) -> str:
+    """Act on the shopping site and return the page you land on.
+
+    Args:
+        command: "search[words to search for]" on the search page, or "click[button or product]".
+    """
+    return command
+
+
+TOOLS = ToolSet(act)
