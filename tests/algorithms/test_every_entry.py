@@ -64,6 +64,25 @@ def _as_batch(b: dict[str, list]) -> AdvantageBatch:
     return AdvantageBatch(**{k: torch.tensor(v, dtype=torch.long if k in ints else F64) for k, v in b.items()})
 
 
+def test_importing_the_package_imports_every_family():
+    """An estimator registers when its module is imported: a family module the package does not import
+    (through ``advantages.py``) would register nothing, and no test here would see its estimators."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import stratagym.algorithms as alg
+
+    modules = {p.stem for p in Path(alg.__file__).parent.glob("*.py")} - {"__init__", "reference"}
+    code = "import json, sys, stratagym.algorithms; print(json.dumps(sorted(sys.modules)))"  # a fresh process
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    loaded = set(json.loads(res.stdout.strip().splitlines()[-1]))
+    missing = sorted(m for m in modules if f"stratagym.algorithms.{m}" not in loaded)
+    assert not missing, f"import these in stratagym/algorithms/advantages.py: {missing}"
+    assert "stratagym.algorithms.reference" not in loaded  # the loops over lists stay out of training
+
+
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_estimator_matches_its_reference(name):
     assert name in ref.ESTIMATORS, (
