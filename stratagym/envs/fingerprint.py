@@ -182,9 +182,14 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _show(v: Any) -> str:
+_ABSENT = object()
+
+
+def _show(v: Any, *, kwarg: bool = False) -> str:
+    if v is _ABSENT:
+        return "absent"
     if v is None:
-        return "unknown"
+        return "None" if kwarg else "unknown"
     if isinstance(v, str):
         return v[:19] if v.startswith("sha256:") else v
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
@@ -204,8 +209,10 @@ def protocol_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> l
         _flat(name, b.get(name), fb)
     out = []
     for key in sorted(set(fa) | set(fb), key=lambda k: (PROTOCOL_FIELDS.index(k.split(".")[0]) if k.split(".")[0] in PROTOCOL_FIELDS else 99, k)):
-        va, vb = fa.get(key), fb.get(key)
+        va, vb = fa.get(key, _ABSENT), fb.get(key, _ABSENT)
         if va != vb:
-            shown = key.removeprefix("task_kwargs.") if key.startswith("task_kwargs.") else key
-            out.append(f"{shown} {_show(va)} vs {_show(vb)}" if key.startswith("task_kwargs.") else f"{shown}: {_show(va)} vs {_show(vb)}")
+            if key.startswith("task_kwargs."):  # a kwarg reads as people write it: "topk 1 vs 3"
+                out.append(f"{key.removeprefix('task_kwargs.')} {_show(va, kwarg=True)} vs {_show(vb, kwarg=True)}")
+            else:
+                out.append(f"{key}: {_show(va)} vs {_show(vb)}")
     return out

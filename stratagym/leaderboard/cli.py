@@ -1,4 +1,4 @@
-"""``stratagym leaderboard submit | show | render``."""
+"""``stratagym leaderboard submit | show | render | diff``."""
 
 from __future__ import annotations
 
@@ -104,6 +104,55 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         paths = render_board(Leaderboard(board), out_dir, plots=plots)
         Console(soft_wrap=True).print(f"wrote {esc(paths['markdown'])} and {esc(paths['html'])}" + (f" (+{len(paths) - 2} plots)" if len(paths) > 2 else ""))
+
+
+    @lb_app.command("diff")
+    def diff(
+        a: str = typer.Argument(..., help="A record: its JSON file, or its record id (or a unique prefix) on the board."),
+        b: str = typer.Argument(..., help="The other record, the same way."),
+        board: Optional[str] = typer.Option(None, "--board", help=_BOARD_HELP),
+    ) -> None:
+        """Say field by field why two records are or are not comparable (the protocol fingerprint, env and
+        split; docs/protocol.md). Exit 0: comparable (one ranking); 1: not comparable; 2: a record not found."""
+        from rich.console import Console
+
+        from stratagym.display import esc
+        from stratagym.leaderboard.protocols import compare_records, protocol_for
+
+        console = Console(soft_wrap=True)
+        ra, rb = _find_record(a, board), _find_record(b, board)
+        for name, rec in (("A", ra), ("B", rb)):
+            p = protocol_for(rec)
+            console.print(f"{name}: {esc(rec.get('agent', {}).get('label', '?'))} on {esc(rec.get('env', {}).get('id', '?'))} "
+                          f"/ {esc(rec.get('split', '?'))}: protocol {esc(p['fingerprint'][:19])} ({esc(p['source'])})")
+        reasons = compare_records(ra, rb)
+        if not reasons:
+            console.print("comparable: the same env, split and protocol; the board ranks them together")
+            raise typer.Exit(0)
+        console.print(f"not comparable ({len(reasons)} difference{'s' if len(reasons) > 1 else ''}, A vs B):")
+        for r in reasons:
+            console.print(f"  {esc(r)}")
+        raise typer.Exit(1)
+
+
+def _find_record(ref: str, board: Optional[str]) -> dict:
+    """A record from a JSON file path, else by record id (or unique prefix) on the board; a clear
+    one-line error (exit 2) when neither finds one."""
+    from pathlib import Path as _Path
+
+    from stratagym.errors import UserError
+    from stratagym.eval.records import load_record
+
+    if _Path(ref).suffix == ".json" or _Path(ref).is_file():
+        return load_record(ref)
+    from stratagym.leaderboard.store import Leaderboard
+
+    found = [r for r in Leaderboard(board).records() if str(r.get("record_id", "")).startswith(ref)] if ref else []
+    if len(found) != 1:
+        raise UserError(f"{'no' if not found else 'more than one'} record on the board matches {ref!r}; give a record "
+                        "JSON file or a longer record id (`stratagym leaderboard show` lists them)")
+    found[0].pop("_board_id", None)
+    return found[0]
 
 
 def _missing(value: object) -> bool:

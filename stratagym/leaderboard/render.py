@@ -34,20 +34,55 @@ SECONDARY = ("success", "webshop_score", "score", "em", "f1", "substring_em", "o
 
 
 class BoardTable:
-    """The rows of one (env, split) board in rank order, ready to render."""
+    """The rows of one (env, split, protocol) board in rank order, ready to render.
 
-    def __init__(self, env: str, split: str, metric: str, columns: list[str], rows: list[dict[str, Any]]):
+    ``columns`` are every secondary metric (the HTML board shows them all); ``md_columns`` the few the
+    env's spec chooses (``EnvSpec.board_columns``) for the Markdown board. ``fingerprint``/``source`` say
+    which protocol the rows share (docs/protocol.md); ``differences`` name how it differs from the first
+    table of the same env and split (empty for that one)."""
+
+    def __init__(self, env: str, split: str, metric: str, columns: list[str], rows: list[dict[str, Any]], *,
+                 md_columns: list[str] | None = None, fingerprint: str = "", source: str = "measured",
+                 differences: list[str] | None = None, main: bool = True):
         self.env, self.split, self.metric, self.columns, self.rows = env, split, metric, columns, rows
+        self.md_columns = list(columns if md_columns is None else md_columns)
+        self.fingerprint, self.source, self.differences, self.main = fingerprint, source, list(differences or []), main
         #: a "data" column (the records' ``env.data_source``: bundled or real data) when any row has one
         self.show_data = any(r.get("data") for r in rows)
 
     @property
     def slug(self) -> str:
-        return slug(f"{self.env}-{self.split}")
+        fp = self.fingerprint.removeprefix("sha256:")[:8]
+        return slug(f"{self.env}-{self.split}" + (f"-{fp}" if fp else ""))
+
+
+def _spec_columns(env: str) -> tuple[str, ...]:
+    """The secondary metrics ``env``'s spec puts on the Markdown board (none known: the first three of
+    :data:`SECONDARY` that a row has)."""
+    from stratagym.envs.registry import get_spec
+
+    try:
+        return tuple(get_spec(env).board_columns)
+    except KeyError:
+        return ()
+
+
+_SOURCE_ORDER = {"measured": 0, "recomputed": 1, "legacy": 2}
+
+
+def _rank_key(row: dict[str, Any], asc: bool) -> tuple[Any, ...]:
+    """Rank order with a stable tie key: value, then CI low end, then agent label and record id (never the
+    order rows reached the store, which differs from one board to the next)."""
+    v, lo = row["metric"][0], row["metric"][1]
+    return ((v, lo) if asc else (-v, -lo)) + (row["agent"], row["record_id_full"])
 
 
 def board_tables(lb: Any) -> list[BoardTable]:
-    """One :class:`BoardTable` per (env, split) on the board ``lb``."""
+    """One :class:`BoardTable` per (env, split, protocol fingerprint) on the board ``lb``: records measured
+    under different protocols are never ranked together."""
+    from stratagym.leaderboard.protocols import protocol_for
+    from stratagym.envs.fingerprint import protocol_diff
+
     tables = []
     for env, split in lb.boards():
         metric = primary_metric(env)
@@ -59,10 +94,12 @@ def board_tables(lb: Any) -> list[BoardTable]:
         recs = lb.records(env, split)
         sources = {rec.get("record_id"): str((rec.get("env") or {}).get("data_source") or "") for rec in recs}
         agent_hashes = {rec.get("record_id"): str((rec.get("agent") or {}).get("content_hash") or "") for rec in recs}
-        present = [m for m in SECONDARY if m != metric and m in wide.columns]
-        per_type = sorted(c for c in wide.columns if c.startswith("success/") and c not in SECONDARY
-                          and not c.endswith(("_ci_low", "_ci_high", "_seed_std")))
-        extra = present + per_type
+        protocols = {rec.get("record_id"): protocol_for(rec) for rec in recs}
+        metric_cols = [c for c in wide.columns if not c.endswith(("_ci_low", "_ci_high", "_seed_std"))
+                       and c not in _IDENTITY_COLUMNS and c != metric]
+        present = [m for m in SECONDARY if m in metric_cols]
+        extra = present + sorted(c for c in metric_cols if c not in SECONDARY)
+        chosen = [c for c in _spec_columns(env) if c in extra] or present[:3]
         rows = []
         for _, r in ranked.iterrows():
             w = wide.loc[r["id"]]
@@ -76,6 +113,7 @@ def board_tables(lb: Any) -> list[BoardTable]:
                 "seeds": ",".join(str(s) for s in r["seeds"]),
                 "created": str(r["created"])[:10],
                 "record_id": str(r["record_id"])[:12],
+                "record_id_full": str(r["record_id"]),
                 "data": sources.get(str(r["record_id"]), ""),
                 "agent_hash": agent_hashes.get(str(r["record_id"]), ""),
                 "extra": {},
@@ -85,8 +123,31 @@ def board_tables(lb: Any) -> list[BoardTable]:
                 if v is not None and not (isinstance(v, float) and math.isnan(v)):
                     row["extra"][m] = (float(v), float(w.get(f"{m}_ci_low")), float(w.get(f"{m}_ci_high")))
             rows.append(row)
-        tables.append(BoardTable(env, split, metric, extra, rows))
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            groups[protocols[row["record_id_full"]]["fingerprint"]].append(row)
+        # the main table first: measured before recomputed before legacy, then the most rows, then the hash
+        order = sorted(groups, key=lambda fp: (_SOURCE_ORDER.get(protocols[groups[fp][0]["record_id_full"]]["source"], 3),
+                                                -len(groups[fp]), fp))
+        asc = not higher_is_better(metric)
+        first = protocols[groups[order[0]][0]["record_id_full"]] if order else None
+        for i, fp in enumerate(order):
+            proto = protocols[groups[fp][0]["record_id_full"]]
+            group = sorted(groups[fp], key=lambda r: _rank_key(r, asc))
+            for j, row in enumerate(group):  # competition ranking within the protocol: 1, 1, 3
+                tie = j > 0 and row["metric"][0] == group[j - 1]["metric"][0]
+                row["rank"] = group[j - 1]["rank"] if tie else j + 1
+            diff = [] if i == 0 or first is None else (
+                protocol_diff(proto["fields"], first["fields"]) if proto["fields"] is not None and first["fields"] is not None
+                else [f"protocol {proto['source']} vs {first['source']}"])
+            tables.append(BoardTable(env, split, metric, extra, group, md_columns=chosen, fingerprint=fp,
+                                     source=proto["source"], differences=diff, main=i == 0))
     return tables
+
+
+#: Columns of :meth:`Leaderboard.dataframe` that are not metrics.
+_IDENTITY_COLUMNS = frozenset({"record_id", "env", "env_version", "split", "agent", "agent_kind", "algorithm", "n_tasks",
+                               "n_episodes", "seeds", "created", "submitted", "id"})
 
 
 class SplitComparison:
@@ -109,7 +170,8 @@ def split_comparisons(tables: Sequence[BoardTable]) -> dict[str, SplitComparison
     """env -> :class:`SplitComparison` for every env with boards on two or more splits (same metric)."""
     by_env: dict[str, list[BoardTable]] = defaultdict(list)
     for t in tables:
-        by_env[t.env].append(t)
+        if t.main:  # each split's main protocol only: the side-by-side view compares splits, not protocols
+            by_env[t.env].append(t)
     out = {}
     for env, ts in by_env.items():
         metric = ts[0].metric
@@ -172,7 +234,11 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
     out = [f"# {title}", "",
            "Generated by `stratagym leaderboard render`. Each cell is `value [95% CI]` (Wilson for rates, "
            "bootstrap for means); `seed std` is the spread of the primary metric across seeds; `n` counts "
-           "episodes (tasks x seeds). Rows are in rank order of the primary metric.", ""]
+           "episodes (tasks x seeds). Rows are in rank order of the primary metric (ties: CI low end, agent, "
+           "record id). Only records measured under one protocol (env version, task-changing kwargs, tasks, "
+           "data, retriever, prompt, reward, library versions: docs/protocol.md) share a table; "
+           "`stratagym leaderboard diff A B` says why two records do not. This page shows the few secondary "
+           "metrics each env chooses; `index.html` has every metric, sortable.", ""]
     if not tables:
         out += ["_No results yet: run `stratagym bench` or `stratagym eval ... --submit`._", ""]
     comparisons = split_comparisons(tables)
@@ -180,16 +246,17 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
         if t.env in comparisons and (i == 0 or tables[i - 1].env != t.env):
             out += _md_comparison(comparisons[t.env])
         direction = "higher is better" if higher_is_better(t.metric) else "lower is better"
-        out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`", "", f"Ranked by **{_md_escape(t.metric)}** ({direction}).", ""]
+        out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`" + ("" if t.main else " — another protocol"), "",
+                f"Ranked by **{_md_escape(t.metric)}** ({direction}). {_md_protocol(t)}", ""]
         data_col = ["data"] if t.show_data else []
-        head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *data_col, *t.columns, "date", "record"]]
+        head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *data_col, *t.md_columns, "date", "record"]]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---" for _ in head) + "|")
         for r in t.rows:
             cells = [str(r["rank"]), _md_escape(r["agent"]), _md_escape(r["algorithm"] or "-"), _cell(r["metric"]),
                      "-" if r["seed_std"] is None else _fmt(r["seed_std"]), str(r["n"]), _md_escape(r["seeds"]),
                      *([_md_escape(r.get("data") or "-")] if t.show_data else []),
-                     *[_cell(r["extra"].get(c)) or "-" for c in t.columns], _md_escape(r["created"]), f"`{_md_code(r['record_id'])}`"]
+                     *[_cell(r["extra"].get(c)) or "-" for c in t.md_columns], _md_escape(r["created"]), f"`{_md_code(r['record_id'])}`"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         for p in plots.get(t.slug, []):
@@ -197,6 +264,23 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
     for p in plots.get("_training", []):
         out += [f"![training curves]({p})", ""]
     return "\n".join(out)
+
+
+def _protocol_text(t: BoardTable) -> str:
+    """One sentence on a table's protocol: its fingerprint and source, and for a table after the first of
+    its split, what differs from the first (``topk 1 vs 3``); plain text, escaped by the caller."""
+    fp = t.fingerprint.removeprefix("sha256:")[:12]
+    what = {"measured": "measured", "recomputed": "recomputed from legacy records' stored config (version, data "
+            "and libraries unknown)", "legacy": "legacy records: protocol unknown"}.get(t.source, t.source)
+    text = f"Protocol {fp} ({what})."
+    if t.differences:
+        shown = t.differences[:6] + ([f"and {len(t.differences) - 6} more"] if len(t.differences) > 6 else [])
+        text += " Not ranked with the first table of this split: " + "; ".join(shown) + "."
+    return text
+
+
+def _md_protocol(t: BoardTable) -> str:
+    return _md_escape(_protocol_text(t))
 
 
 def _md_comparison(c: SplitComparison) -> list[str]:
@@ -278,9 +362,12 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
     for i, t in enumerate(tables):
         if t.env in comparisons and (i == 0 or tables[i - 1].env != t.env):
             parts += _html_comparison(comparisons[t.env])
-        parts.append(f'<h2 id="h-{e(t.slug)}">{e(t.env)} — split <code>{e(t.split)}</code></h2>')
-        parts.append(f"<p>Ranked by <b>{e(t.metric)}</b>.</p>")
-        parts.append(f'<table class="sortable board" id="board-{e(t.slug)}" data-env="{e(t.env)}" data-split="{e(t.split)}"><thead><tr>')
+        parts.append(f'<h2 id="h-{e(t.slug)}">{e(t.env)} — split <code>{e(t.split)}</code>'
+                     + ("" if t.main else " — another protocol") + "</h2>")
+        parts.append(f'<p>Ranked by <b>{e(t.metric)}</b>. <span class="protocol" data-fingerprint="{e(t.fingerprint)}">'
+                     f"{e(_protocol_text(t))}</span></p>")
+        parts.append(f'<table class="sortable board" id="board-{e(t.slug)}" data-env="{e(t.env)}" data-split="{e(t.split)}" '
+                     f'data-fingerprint="{e(t.fingerprint)}"><thead><tr>')
         heads = [("rank", ""), ("agent", "t"), ("algorithm", "t"), (t.metric, ""), ("seed std", ""), ("n", ""),
                  ("seeds", "t"), *([("data", "t")] if t.show_data else []), *[(c, "") for c in t.columns],
                  ("date", "t"), ("record", "t")]

@@ -189,6 +189,14 @@ class Leaderboard:
         except IntegrityError:
             existing = self._find(record["record_id"])
             where = f" (#{existing['id']}, submitted {existing['submitted']})" if existing else ""
+            if existing and existing.get("record") != row["record"]:
+                # the id covers everything but ``created``: the same evaluation stamped at another time (a
+                # re-run), which must not replace the row people have seen
+                raise SubmissionError(
+                    f"duplicate id with different content: a record with this id (the same evaluation stamped at another "
+                    f"time) is already on the board{where}; "
+                    "the board keeps the first (delete it first to replace it)", record_id=record["record_id"]
+                ) from None
             raise SubmissionError(
                 f"duplicate: this exact record is already on the board{where}", record_id=record["record_id"]
             ) from None
@@ -216,7 +224,7 @@ class Leaderboard:
     # ---- reading ---------------------------------------------------------------------------------
     def _find(self, record_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
-            r = conn.execute(sa.select(results.c.id, results.c.submitted).where(results.c.record_id == record_id)).first()
+            r = conn.execute(sa.select(results.c.id, results.c.submitted, results.c.record).where(results.c.record_id == record_id)).first()
         return dict(r._mapping) if r else None
 
     def has_record(self, record_id: str) -> bool:

@@ -1,7 +1,9 @@
 """Submission checks: a record reaches the board only if it fits the store's schema
 (:mod:`stratagym.leaderboard.schema`: types, column sizes, valid text, finite numbers), passes the
 record's own consistency checks (supported schema version, values inside their CIs, ``record_id`` equal
-to the content hash), its env is a registered stratagym env and its split is one that env knows.
+to the content hash), its protocol fingerprint is complete, of a known env version and agrees with the
+record's own config (:func:`stratagym.leaderboard.protocols.protocol_problems`; schema 2), its env is a
+registered stratagym env and its split is one that env knows.
 
 Known splits: an env class may declare them as a ``splits`` class attribute (a tuple of names); for envs
 that do not, the standard vocabulary :data:`STANDARD_SPLITS` applies. Duplicates are checked by the store
@@ -13,7 +15,8 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping
 
 from stratagym.errors import UserError
-from stratagym.eval.records import schema_problems as record_problems
+from stratagym.eval.records import SCHEMA, schema_problems as record_problems
+from stratagym.leaderboard.protocols import protocol_problems
 from stratagym.leaderboard.schema import schema_problems
 
 __all__ = ["SubmissionError", "STANDARD_SPLITS", "known_splits", "validate_record"]
@@ -67,6 +70,8 @@ def validate_record(
     rid = record.get("record_id") if isinstance(record, Mapping) else None
     rid = rid if isinstance(rid, str) and rid.isascii() and rid.isalnum() else None  # shown in the message
     problems = schema_problems(record) or record_problems(record)
+    if not problems and record.get("schema") == SCHEMA:
+        problems = protocol_problems(record)
     if problems:
         raise SubmissionError(problems, record_id=rid)
     env_id = record["env"]["id"]
