@@ -25,8 +25,10 @@ gives and what stratagym fills from it:
   lists none; ``random_action`` asks GEM's ``sample_random_action``).
 
 GEM's envs use the process-global random generators; each GEMTextEnv keeps its own copy of them
-(:class:`~stratagym.envs.gem.compat.PrivateGlobalRandom`), so episodes do not depend on batch-mates and
-GEM never reseeds the caller's generators. An exception inside GEM's ``step`` (agent text it did not
+(:class:`~stratagym.envs.gem.compat.PrivateGlobalRandom`: ``random`` around every call into GEM,
+``numpy.random`` around construction and reset, where GEM reseeds it), so episodes do not depend on
+batch-mates and GEM never reseeds the caller's generators. A third-party GEM env that draws from the global
+``numpy.random`` inside ``step`` would still share that stream with its batch-mates. An exception inside GEM's ``step`` (agent text it did not
 expect) ends the episode as an invalid, truncated step with the reason; it never propagates.
 """
 
@@ -85,7 +87,7 @@ class GEMTextEnv(TextEnv):
         self._random = PrivateGlobalRandom(0)
         register_all()  # so gem_id may name a stratagym env too (a round trip through GEM's API)
         try:
-            with self._random.active():
+            with self._random.active(numpy=True):
                 self._gem = gem.make(gem_id, **dict(gem_kwargs or {}))
         except ValueError as exc:
             if "not found in registry" not in str(exc):
@@ -123,7 +125,7 @@ class GEMTextEnv(TextEnv):
             self._tool_counts = dict(info.get("tool_calls") or {})
             self._admissible = info.get("admissible_actions")
             return text, _extras(info)
-        with self._random.active():
+        with self._random.active(numpy=True):  # GEM's reset reseeds numpy.random too (gem/utils/seeding.py)
             observation, info = self._gem.reset(seed=self._seeds[task_id])
         if not isinstance(observation, str):
             raise ConfigError(f"GEM env {self.gem_id!r} gives {type(observation).__name__} observations, not text; "
