@@ -2,9 +2,12 @@
 
 A reader (or a process that was killed mid-write and restarted) sees either the old file or the new
 one, never a partial one: the data goes to a temporary file in the same folder, is flushed and fsynced,
-then ``os.replace`` moves it over the target and the folder entry is fsynced too. :func:`publish_dir`
-does the same for a whole folder (a model export, an imported model): it is built in a temporary folder
-beside the target and renamed in only once every file is on disk.
+then ``os.replace`` moves it over the target and the folder entry is fsynced too.
+:func:`atomic_write_with` does the same for a library that writes a file by path itself (safetensors'
+``save_file``, matplotlib's ``savefig``). :func:`publish_dir` does it for a whole folder (a model
+export, a checkpoint, an index): it is built in a temporary folder beside the target and renamed in only
+once every file is on disk; :func:`publish_folder` is its second half, for a folder that some other
+tool already built beside the target (Anserini's index writer, a checkpoint's staging folder).
 """
 
 from __future__ import annotations
@@ -13,10 +16,20 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-__all__ = ["atomic_write", "atomic_write_lines", "write_json_atomic", "fsync_dir", "publish_dir"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_lines",
+    "atomic_write_with",
+    "write_json_atomic",
+    "fsync_dir",
+    "fsync_tree",
+    "publish_dir",
+    "publish_folder",
+]
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -32,6 +45,19 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def fsync_tree(root: str | os.PathLike[str]) -> None:
+    """Flush every file under ``root`` and every folder entry (``root`` included), so a rename that
+    publishes ``root`` never exposes a file whose data is still only in the page cache. Symbolic links
+    are not followed."""
+    root = Path(root)
+    for p in root.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+    for d in [root, *(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        fsync_dir(d)
 
 
 def atomic_write_lines(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> Path:
@@ -58,20 +84,40 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> Path:
     return atomic_write_lines(path, [data.encode("utf-8") if isinstance(data, str) else data])
 
 
+def atomic_write_with(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
+    """Run ``write(tmp)`` for a library that writes a file by path itself, then publish ``tmp`` as
+    ``path`` atomically (fsync, ``os.replace``, fsync of the folder). The temporary name sits beside
+    ``path`` and ends in the same extension (a writer that picks its format from the name picks the same
+    one); the library creates it, so it gets the permissions it always did. Removed if ``write`` raises."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp{path.suffix}"
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 1) -> Path:
     """Write ``obj`` as sorted-key UTF-8 JSON plus a newline to ``path`` atomically."""
     return atomic_write(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
+def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any], *,
+                keep_if: Callable[[Path], bool] | None = None) -> Path:
     """Run ``write(tmp_folder)`` and move the folder to ``out_dir`` only once it completed.
 
     The temporary folder sits beside ``out_dir`` (same file system, so the rename is atomic) and is
     removed if ``write`` raises (or the process is interrupted), so ``out_dir`` never holds a half-written
-    folder. Every file is fsynced before the rename and the parent folder after it. A previous
-    ``out_dir`` stays as it was until the new one is complete: it is renamed aside, the new one renamed
-    in, and only then is the old one removed. The folder gets the ordinary permissions of the umask
-    (``mkdtemp`` makes it private).
+    folder. The move is :func:`publish_folder` (fsyncs, an older ``out_dir`` replaced only once the new
+    one is complete, ``keep_if`` for concurrent builds of the same thing). The folder gets the ordinary
+    permissions of the umask (``mkdtemp`` makes it private).
     """
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -81,23 +127,51 @@ def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any]) -
     os.chmod(tmp, 0o777 & ~umask)
     try:
         write(tmp)
-        for p in tmp.rglob("*"):
-            if p.is_file() and not p.is_symlink():
-                with open(p, "rb") as fh:
-                    os.fsync(fh.fileno())
-        for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir() and not p.is_symlink())]:
-            fsync_dir(d)
-        old = None
-        if out.exists() or out.is_symlink():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(out, old)
-        os.replace(tmp, out)
-        fsync_dir(out.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        publish_folder(tmp, out, keep_if=keep_if)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already unless write or the move failed
     return out
+
+
+def publish_folder(tmp: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                   keep_if: Callable[[Path], bool] | None = None) -> Path:
+    """Move the finished folder ``tmp`` to ``out`` (both on one file system: the rename is atomic).
+
+    Every file and folder under ``tmp`` is fsynced before the rename and ``out``'s parent after it. An
+    existing ``out`` stays as it was until the new one is complete: it is renamed aside, the new one
+    renamed in, and only then is the old one removed. ``keep_if`` is for builds that several processes
+    may run at once, each producing the same folder: when it says an existing ``out`` is already a
+    complete copy (before the move, or because another process renamed its copy in first), that copy
+    stays and ``tmp`` is removed. On any other error ``tmp`` is left to the caller.
+    """
+    tmp, out = Path(tmp), Path(out)
+    fsync_tree(tmp)
+    if keep_if is not None and out.is_dir() and keep_if(out):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return out
+    old = None
+    if out.exists() or out.is_symlink():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        _remove(old)
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if keep_if is not None and out.is_dir() and keep_if(out):  # another process published first
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            if old is not None and not (out.exists() or out.is_symlink()):
+                os.replace(old, out)  # put the previous folder back
+            raise
+    fsync_dir(out.parent)
+    if old is not None:
+        _remove(old)
+    return out
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, link or folder tree at ``path``, if any (best effort for a folder's contents)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)

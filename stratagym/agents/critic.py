@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from stratagym.agents.policy import unwrap_model
-from stratagym.atomic import write_json_atomic
+from stratagym.atomic import atomic_write_with, write_json_atomic
 from stratagym.errors import ConfigError
 
 __all__ = ["ScorerValueNet", "ScorerCritic", "LLMValueModel", "LLMCritic", "build_critic"]
@@ -109,9 +109,7 @@ class ScorerCritic(_CriticBase):
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in unwrap_model(self.model).state_dict().items()}
-        tmp = out / f".{WEIGHTS_NAME}.tmp"
-        save_file(state, str(tmp))
-        os.replace(tmp, out / WEIGHTS_NAME)
+        atomic_write_with(out / WEIGHTS_NAME, lambda p: save_file(state, str(p)))
         write_json_atomic(out / CONFIG_NAME, {"type": "scorer", **self.options})
 
     def load_pretrained(self, directory: str | os.PathLike[str]) -> None:
@@ -195,9 +193,7 @@ class LLMCritic(_CriticBase):
         module = unwrap_model(self.model)
         module.body.save_pretrained(out / "body", safe_serialization=True)
         head = {k: v.detach().contiguous().cpu() for k, v in module.head.state_dict().items()}
-        tmp = out / f".{WEIGHTS_NAME}.tmp"
-        save_file(head, str(tmp))
-        os.replace(tmp, out / WEIGHTS_NAME)
+        atomic_write_with(out / WEIGHTS_NAME, lambda p: save_file(head, str(p)))
         write_json_atomic(out / CONFIG_NAME, {"type": "llm", "source": self.source, "pad_token_id": self.pad_token_id})
 
     def load_pretrained(self, directory: str | os.PathLike[str]) -> None:

@@ -29,7 +29,6 @@ import copy
 import json
 import os
 import re
-import tempfile
 import zlib
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -40,6 +39,7 @@ import torch
 from torch import nn
 
 from stratagym.agents.policy import Generation, GenerationRequest, SequenceLogProbs, unwrap_model
+from stratagym.atomic import atomic_write, atomic_write_with
 
 __all__ = ["Featurizer", "ScorerConfig", "ScorerNet", "ScorerPolicy", "ScorerPayload", "fill_placeholders"]
 
@@ -302,14 +302,8 @@ class ScorerPolicy:
         os.makedirs(directory, exist_ok=True)
         module = unwrap_model(self.model)
         state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
-        for name, write in (
-            (WEIGHTS_NAME, lambda p: save_file(state, p)),
-            (CONFIG_NAME, lambda p: open(p, "w").write(json.dumps({"type": "scorer", **asdict(self.config)}, indent=1))),
-        ):
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-            os.close(fd)
-            write(tmp)
-            os.replace(tmp, os.path.join(directory, name))
+        atomic_write_with(os.path.join(directory, WEIGHTS_NAME), lambda p: save_file(state, str(p)))
+        atomic_write(os.path.join(directory, CONFIG_NAME), json.dumps({"type": "scorer", **asdict(self.config)}, indent=1))
 
     @classmethod
     def from_pretrained(cls, directory: str, **kwargs: Any) -> "ScorerPolicy":

@@ -16,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from stratagym.atomic import publish_dir
 
 __all__ = ["TinyLMConfig", "build_tiny_lm", "tiny_lm_path", "default_cache_dir", "CHAT_TEMPLATE"]
 
@@ -95,22 +95,14 @@ def build_tiny_lm(out_dir: str | os.PathLike[str], config: TinyLMConfig = TinyLM
     out = Path(out_dir)
     tokenizer = _train_tokenizer(config.vocab_size)
     model = build_model(tokenizer, SmallLMConfig(arch="qwen2", **asdict(config)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
-        tokenizer.save_pretrained(tmp)
-        model.save_pretrained(tmp, safe_serialization=True)
-        if out.exists() and not (out / "config.json").exists():
-            shutil.rmtree(out)  # debris of something that was not written by this function
-        try:
-            os.replace(tmp, out)
-        except OSError:
-            if not (out / "config.json").exists():
-                raise
-            shutil.rmtree(tmp)  # another process finished the same build first; its copy is identical
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    def write(folder: Path) -> None:
+        tokenizer.save_pretrained(folder)
+        model.save_pretrained(folder, safe_serialization=True)
+
+    # a folder without config.json is debris of something else and is replaced; one with it is a copy
+    # another process finished first (identical: the build is deterministic) and is kept
+    publish_dir(out, write, keep_if=lambda folder: (folder / "config.json").exists())
     return out
 
 

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from stratagym.atomic import atomic_write
+from stratagym.atomic import atomic_write, atomic_write_with
 from stratagym.paths import slug
 from stratagym.eval.aggregate import higher_is_better, primary_metric
 
@@ -428,10 +428,10 @@ def _draw_metric(t: BoardTable, path: Path) -> None:
     ax.set_xlabel(f"{t.metric} (95% CI)")
     ax.set_title(f"{t.env} / {t.split}")
     fig.tight_layout()
-    buf = path.with_suffix(".tmp.png")
-    fig.savefig(buf, dpi=90)
-    plt.close(fig)
-    os.replace(buf, path)
+    try:
+        atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=90))
+    finally:
+        plt.close(fig)
 
 
 def _points(curve: Any) -> list[tuple[float, float]]:
@@ -505,10 +505,10 @@ def _draw_training(records: Iterable[dict[str, Any]], path: Path) -> bool:
         ax.set_ylabel("training reward")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    buf = path.with_suffix(".tmp.png")
-    fig.savefig(buf, dpi=90)
-    plt.close(fig)
-    os.replace(buf, path)
+    try:
+        atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=90))
+    finally:
+        plt.close(fig)
     return True
 
 

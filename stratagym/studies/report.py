@@ -9,6 +9,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from stratagym.atomic import atomic_write_with
+
 __all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix", "md_cell"]
 
 
@@ -141,9 +143,8 @@ def plot_curves(results: Mapping[str, Any], panels: Sequence[tuple[str, str]], p
     fig.suptitle(results["study"]["title"], fontsize=10)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=110))
+    finally:
+        plt.close(fig)
     return path

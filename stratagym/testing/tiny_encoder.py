@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
+from stratagym.atomic import publish_folder
+
 __all__ = ["TinyEncoderConfig", "build_tiny_encoder", "tiny_encoder_path"]
 
 
@@ -75,9 +77,7 @@ def build_tiny_encoder(out_dir: str | os.PathLike, config: TinyEncoderConfig = T
             max_position_embeddings=config.max_position, pad_token_id=tok.pad_token_id,
         ))
         model.save_pretrained(str(staging), safe_serialization=True)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        publish_folder(staging, out)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -16,14 +16,14 @@ Layout under ``<output_dir>/checkpoints/``::
 A checkpoint is written into a hidden temporary folder in the same directory and renamed into place
 with ``os.replace`` only once every file (and the ``COMPLETE`` marker) is flushed to disk, so a crash
 or ``kill -9`` at any moment leaves either the previous checkpoints or the new complete one -- never a
-half-written one. Leftover temporary folders are removed at the next save or resume. Nothing is
+half-written one. Leftover temporary folders (and a replaced step folder renamed aside) are removed at the next save or
+resume. The move is :func:`stratagym.atomic.publish_folder`. Nothing is
 unpickled: tensors load with ``torch.load(weights_only=True)``, the rest is JSON.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -34,22 +34,13 @@ import numpy as np
 import torch
 
 from stratagym.atomic import atomic_write as atomic_write_text  # the name checkpoint callers use
-from stratagym.atomic import fsync_dir
+from stratagym.atomic import publish_folder
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints", "rng_state",
            "restore_rng_state", "atomic_write_text", "CHECKPOINT_DIR"]
 
 CHECKPOINT_DIR = "checkpoints"
 _MARKER = "COMPLETE"
-
-
-def _fsync_tree(path: Path) -> None:
-    for p in sorted(path.rglob("*")):
-        if p.is_file():
-            with open(p, "rb") as fh:
-                os.fsync(fh.fileno())
-    for d in sorted({p.parent for p in path.rglob("*")} | {path}):
-        fsync_dir(d)
 
 
 def rng_state(np_generator: Optional[np.random.Generator] = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -108,7 +99,7 @@ def latest_checkpoint(output_dir: str | Path) -> Optional[Path]:
 def _clean_tmp(root: Path) -> None:
     if root.exists():
         for p in root.iterdir():
-            if p.name.startswith(".tmp-"):
+            if p.name.startswith(".tmp-") or (p.name.startswith(".step-") and ".old-" in p.name):
                 shutil.rmtree(p, ignore_errors=True)
 
 
@@ -146,11 +137,7 @@ def save_checkpoint(
         torch.save(tensors, tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step, "rng": js}, indent=1, sort_keys=True))
         (tmp / _MARKER).write_text("ok\n")
-        _fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        fsync_dir(root)
+        publish_folder(tmp, final)  # fsyncs every file first; a rewritten step replaces the old folder
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -34,12 +34,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     ) -> None:
         """Write ALFWorld game folders (game.tw-pddl + traj_data.json) for the real engine."""
         import json
-        import os
         import shutil
         import tempfile
 
         from rich.console import Console
 
+        from stratagym.atomic import publish_folder
         from stratagym.envs.alfworld import generator as g
         from stratagym.envs.alfworld.games import canonical_task_types, logic_files
         from stratagym.errors import ConfigError
@@ -62,9 +62,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                         g.write_game_folder(rec, tmp, domain, grammar)
                         dest = out / rec.key
                         dest.parent.mkdir(parents=True, exist_ok=True)
-                        if dest.exists():
-                            shutil.rmtree(dest)
-                        os.replace(tmp / rec.key, dest)
+                        publish_folder(tmp / rec.key, dest)
                     finally:
                         shutil.rmtree(tmp, ignore_errors=True)
                     written += 1

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from stratagym.atomic import atomic_write, publish_folder
 from stratagym.envs.alfworld import paths
 from stratagym.envs.alfworld.generator import TASK_TYPES, GameRecord, game_json, problem_pddl, traj_data
 from stratagym.errors import ConfigError
@@ -203,11 +204,8 @@ def materialise_bundled() -> Path:
                     (folder_path / "traj_data.json").write_text(json.dumps(traj_data(record), indent=1))
                     (folder_path / "game.tw-pddl").write_text(json.dumps(game_json(record, domain, grammar)))
             (tmp / "COMPLETE").write_text(fingerprint + "\n")
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process finished first; theirs is identical
-                if not (final / "COMPLETE").is_file():
-                    raise
+            # a complete copy another process finished first is identical: kept
+            publish_folder(tmp, final, keep_if=lambda folder: (folder / "COMPLETE").is_file())
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -269,11 +267,7 @@ def scan_split_dir(split_dir: Path, *, use_index: bool = True) -> list[GameEntry
     if items is None:
         items = _scan(split_dir)
         if use_index:
-            index_file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".index-", dir=index_file.parent)
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"split_dir": str(split_dir), "signature": sig, "games": items}, fh)
-            os.replace(tmp, index_file)
+            atomic_write(index_file, json.dumps({"split_dir": str(split_dir), "signature": sig, "games": items}))
     return [GameEntry(task_id, task_type, split_dir / task_id / "game.tw-pddl") for task_id, task_type in items]
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stratagym.atomic import atomic_write
+from stratagym.atomic import atomic_write, publish_folder
 from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.data import BUNDLED_CORPUS, file_fingerprint, load_corpus, stamped_fingerprint
 from stratagym.envs.search_qa.retrievers.base import Retriever
@@ -174,15 +174,9 @@ def _staging_dir(out: Path) -> Path:
 
 def _replace_dir(staging: Path, out: Path) -> None:
     """Move the finished ``staging`` folder to ``out``, replacing an older index there."""
-    if out.exists():
-        if not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
-            raise ConfigError(f"{out} exists and is not a stratagym index; choose another --out")
-        old = out.with_name(f".{out.name}.old{os.getpid()}")
-        os.replace(out, old)
-        os.replace(staging, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, out)
+    if out.exists() and not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists and is not a stratagym index; choose another --out")
+    publish_folder(staging, out)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

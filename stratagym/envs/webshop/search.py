@@ -27,6 +27,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from stratagym.atomic import publish_folder
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -150,11 +151,8 @@ def build_lucene_index(docs: Sequence[Mapping[str, str]], index_path: Path) -> N
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise ConfigError(f"Anserini indexing failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-        try:
-            os.replace(work / "index", index_path)
-        except OSError:
-            if not index_path.exists():  # someone else won the race: fine; else a real error
-                raise
+        # a complete index already there was built by another process from the same documents: kept
+        publish_folder(work / "index", index_path, keep_if=lambda p: any(p.glob("segments_*")))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from stratagym.atomic import publish_folder
 from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.retrievers.base import Hit, RetrievalError, Retriever
 from stratagym.java import JavaUnavailable, anserini_jar, java_executable, java_home, start_jvm
@@ -63,9 +64,11 @@ def build_lucene_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLik
             shutil.rmtree(staging, ignore_errors=True)
             tail = (proc.stderr or proc.stdout)[-2000:]
             raise RuntimeError(f"Anserini indexing failed (exit {proc.returncode}):\n{tail}")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(staging, out_dir)
+    try:
+        publish_folder(staging, out_dir)  # fsynced; an older index is replaced once this one is in place
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return out_dir
 
 
