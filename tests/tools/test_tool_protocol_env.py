@@ -248,3 +248,22 @@ def test_every_family_declares_tools():
     assert NoTools().protocol == "tags"
     with pytest.raises(ConfigError, match="NoTools has no tools protocol"):
         NoTools(protocol="tools")
+
+
+def test_the_schemas_are_those_trl_environment_factory_reads():
+    """One schema per tool for both routes: TRL builds its tools from the environment_factory class's
+    methods with the same generator (transformers' get_json_schema)."""
+    from transformers.utils import get_json_schema
+
+    from stratagym.envs.alfworld.trl import ALFWorldTRLEnv
+    from stratagym.envs.search_qa.trl import SearchQATRLEnv
+    from stratagym.envs.webshop.trl import WebShopTRLEnv
+
+    for cls in (SearchQATRLEnv, ALFWorldTRLEnv, WebShopTRLEnv):
+        ours = tool_set_for(cls.env_id).schemas()
+        theirs = []
+        for s in ours:
+            schema = get_json_schema(getattr(cls, s["function"]["name"]).__get__(object.__new__(cls)))
+            schema["function"].pop("return", None)
+            theirs.append(schema)
+        assert ours == theirs

@@ -240,3 +240,49 @@ def test_tool_demonstrations_render_as_trl_reads_them():
             assert info["action_valid"]
         assert term and reward == 1.0
         env.close()
+
+
+# ---- `stratagym eval openai:...` under the tools protocol, end to end ---------------------------------------------
+
+
+class _Scripted(_Handler):
+    """Searches once, then answers "Paris": the reply depends on the conversation, as a model's would."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Handler.requests.append(body)
+        answered = any(m["role"] == "tool" for m in body["messages"])
+        call = _call("answer", json.dumps({"text": "Paris"})) if answered else _call("search", json.dumps({"query": "capital"}))
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": "", "tool_calls": [call]},
+                                        "finish_reason": "tool_calls"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_eval_cli_with_a_served_model_under_tools(tmp_path):
+    from stratagym.cli import main
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    _Handler.requests = []
+    url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    out = tmp_path / "r.json"
+    args = ["eval", f"openai:served@{url}", "--env", QA, "--split", "test", "-n", "3", "-E", "protocol=tools",
+            "--out", str(out), "-q"]
+    try:
+        main(args)
+    except SystemExit as exc:  # typer's standalone mode exits 0 on success
+        assert exc.code in (0, None)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    record = json.loads(out.read_text())
+    assert len(_Handler.requests) == 6 and all(r["tools"][0]["function"]["name"] == "search" for r in _Handler.requests)
+    assert record["protocol"]["fields"]["task_kwargs"]["protocol"] == "tools"  # never ranked with tag records
+    episodes = record["episodes"]
+    assert len(episodes) == 3
+    assert all(e["search_count"] == 1 and e["turns"] == 2 and e["valid_actions"] == 2 for e in episodes)
+    assert all(e["extra"]["answer"] == "Paris" for e in episodes)

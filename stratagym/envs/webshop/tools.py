@@ -9,10 +9,10 @@ __all__ = ["TOOLS", "act"]
 
 
 def act(command: str) -> str:
-    """Act on the shopping site and return the page you land on.
+    """Act on the shop page and return the next page.
 
     Args:
-        command: "search[words to search for]" on the search page, or "click[button or product]".
+        command: "search[words]" on the search page, or "click[button]" for a button, product or option shown.
     """
     return command
 
