@@ -122,8 +122,10 @@ def test_gems_global_randomness_stays_private_to_each_env():
 class _Raising(gem.Env):
     """A GEM env that raises on some text and can emit non-text observations (a third-party env's bugs)."""
 
-    def __init__(self, obs_kind: str = "text", **_):
+    def __init__(self, obs_kind: str = "text", fail_init: bool = False, **_):
         super().__init__()
+        if fail_init:  # as nltk does when a corpus is missing: a coloured, multi-line message
+            raise OSError("****************\n  \x1b[93mdata\x1b[0m missing:\n  fetch it first\n****************")
         self.obs_kind = obs_kind
 
     def reset(self, seed=None):
@@ -160,10 +162,13 @@ def test_a_gem_env_that_fails_ends_the_episode_with_the_reason():
     ({"tasks": [1, -2]}, "non-negative GEM reset seeds"),
     ({"invalid_reward": "sometimes"}, "invalid_reward must be a number"),
     ({"gem_kwargs": "min_number=3"}, "gem_kwargs must be a dict"),
+    ({"gem_id": "stratagym-test:Raising-v0", "gem_kwargs": {"fail_init": True}},
+     "GEM could not build 'stratagym-test:Raising-v0': OSError: data missing: fetch it first"),
 ])
 def test_bad_configuration_names_the_fix(kwargs, message):
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)) as error:
         GEMTextEnv(**kwargs)
+    assert "\x1b" not in str(error.value) and "\n" not in str(error.value)
 
 
 def test_a_stratagym_env_round_trips_through_gem_with_its_info():

@@ -35,6 +35,7 @@ expect) ends the episode as an invalid, truncated step with the reason; it never
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -47,6 +48,8 @@ __all__ = ["GEMTextEnv", "DEFAULT_GEM_ID"]
 DEFAULT_GEM_ID = "game:GuessTheNumber-v0-easy"
 _STANDARD = frozenset(INFO_KEYS) | {"admissible_actions"}
 _SCALARS = (str, int, float, bool, type(None))
+#: terminal colours, control characters and rules of asterisks (nltk's errors have all three)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]|\*{4,}")
 
 
 class GEMTextEnv(TextEnv):
@@ -89,9 +92,12 @@ class GEMTextEnv(TextEnv):
         try:
             with self._random.active(numpy=True):
                 self._gem = gem.make(gem_id, **dict(gem_kwargs or {}))
-        except ValueError as exc:
-            if "not found in registry" not in str(exc):
-                raise
+        except Exception as exc:
+            if not (isinstance(exc, ValueError) and "not found in registry" in str(exc)):
+                # GEM could not build it: missing data (Wordle and Hangman need nltk's `words` corpus, which
+                # they try to download), a bad kwarg, a missing optional package; the reason names the fix
+                reason = " ".join(_ANSI.sub("", str(exc)).split())[:400] or type(exc).__name__
+                raise ConfigError(f"GEM could not build {gem_id!r}: {type(exc).__name__}: {reason}") from None
             raise ConfigError(f"unknown GEM env id {gem_id!r}; use one GEM registers, e.g. {DEFAULT_GEM_ID!r} or "
                               "'game:Sudoku-v0-easy' (python -c 'import gem; gem.print_envs()' lists them), or a "
                               "stratagym id such as 'stratagym/SearchStrata-v0'") from None
