@@ -26,7 +26,8 @@ export SE_OFFLINE ?= true
 .PHONY: demo test setup setup-vllm system clean-venv bench
 
 # The benchmark on bundled data: train each (algorithm, env, seed) of suites/quick.yaml on CPU, evaluate,
-# submit to the leaderboard and render leaderboard/LEADERBOARD.md + index.html. `stratagym demo` is the
+# submit to a board under runs/bench and render runs/bench/board/LEADERBOARD.md + index.html (the checkout
+# stays clean; `stratagym leaderboard rebuild` regenerates the committed leaderboard/). `stratagym demo` is the
 # quicker scripted-agents-only tour.
 demo: setup
 	$(VENV)/bin/stratagym bench --suite suites/quick.yaml

@@ -5,6 +5,8 @@ Heavy imports stay inside the command functions so ``stratagym --help`` stays fa
 
 from __future__ import annotations
 
+import os
+
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -186,9 +188,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     @app.command("bench")
     def bench_cmd(
         suite: Path = typer.Option(Path("suites/quick.yaml"), "--suite", "-s", help="Suite YAML (default suites/quick.yaml)."),
-        board: Optional[str] = typer.Option(None, "--board", help="Leaderboard store URL or SQLite path (default leaderboard/board.db)."),
-        board_dir: Path = typer.Option(Path("leaderboard"), "--board-dir", help="Where LEADERBOARD.md / index.html / plots are rendered."),
+        board: Optional[str] = typer.Option(None, "--board", help="Leaderboard store URL or SQLite path (default <runs-dir>/board.db; with --update-committed leaderboard/board.db)."),
+        board_dir: Optional[Path] = typer.Option(None, "--board-dir", help="Where records/, LEADERBOARD.md, index.html and plots are written (default <runs-dir>/board: the checkout stays clean)."),
         runs_dir: Path = typer.Option(Path("runs/bench"), "--runs-dir", help="Checkpoints, training logs and eval records."),
+        update_committed: bool = typer.Option(False, "--update-committed", help="Write the records and the board into the committed leaderboard/ folder (maintainers; see docs/leaderboard.md)."),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs and eval progress of an earlier bench."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     ) -> None:
@@ -200,8 +203,18 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from stratagym.eval.suite import SuiteError
 
         console = Console(soft_wrap=True)
+        # A demo writes where a run's outputs go; only --update-committed touches the committed board
+        # (whose records the demo's board still shows: they are read, never rewritten).
+        committed = Path("leaderboard")
+        if board_dir is None:
+            board_dir = committed if update_committed else runs_dir / "board"
+        if board is None and not update_committed and not os.environ.get("STRATAGYM_BOARD"):
+            board = str(runs_dir / "board.db")
+        records = committed / "records"
+        seed_records = records if records.is_dir() and board_dir.resolve() != committed.resolve() else None
         try:
-            result = run_bench(suite, board=board, board_dir=board_dir, runs_dir=runs_dir, resume=resume, progress=not quiet, console=console)
+            result = run_bench(suite, board=board, board_dir=board_dir, runs_dir=runs_dir, resume=resume, progress=not quiet,
+                               console=console, committed_records=seed_records)
         except (BenchError, SuiteError) as exc:
             console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(2) from None

@@ -180,12 +180,16 @@ def run_bench(
     board: str | None = None,
     board_dir: str | os.PathLike[str] = "leaderboard",
     runs_dir: str | os.PathLike[str] = "runs/bench",
+    committed_records: str | os.PathLike[str] | None = None,
     resume: bool = True,
     progress: bool = True,
     console: Any = None,
     log: Callable[[str], None] | None = None,
 ) -> BenchResult:
-    """Run a suite end to end (see the module docstring); return the records and where the board is."""
+    """Run a suite end to end (see the module docstring); return the records and where the board is.
+
+    ``committed_records``: a records folder read (never written) before rendering, so a board rendered
+    outside the checkout (``make demo``: under ``runs_dir``) still shows the committed results."""
     import torch
 
     from stratagym.envs.registry import get_spec, scripted_agent_names
@@ -331,9 +335,10 @@ def run_bench(
     # The committed records folder is the board's source: records in it that this store lacks (a fresh
     # clone has no board.db; studies and SFT/RL comparisons add records by hand) are submitted first, so
     # the rendered board is the same on every machine.
-    ingested = _ingest_records_dir(lb, records_dir, say)
-    if ingested:
-        say(f"  added {ingested} record(s) from {records_dir} that the store did not hold")
+    for folder in dict.fromkeys(p for p in (records_dir, committed_records) if p is not None):
+        ingested = _ingest_records_dir(lb, Path(folder), say)
+        if ingested:
+            say(f"  added {ingested} record(s) from {folder} that the store did not hold")
     paths = render_board(lb, board_dir)
     lb.close()
     summary = {"suite": suite.name, "records": [r["record_id"] for r in records], "seconds": time.perf_counter() - t_start}

@@ -15,7 +15,8 @@ The fields (``docs/protocol.md`` documents each one):
                       does (a test pins transcripts of scripted episodes per family and fails when they
                       change and this did not)
 ``split``             the env's own (normalised) split name
-``tasks``             sha256 over the evaluated task ids, in order (the split's membership as measured)
+``tasks``             the number of evaluated tasks and the sha256 over their ids, in order (the split's
+                      membership as measured)
 ``task_kwargs``       every constructor kwarg, defaults filled in from the signature, minus those the
                       spec names as neutral (``neutral_kwargs``: timeouts, render mode...) or as data
                       locations (``data_kwargs``: paths, whose *content* ``data`` hashes); long texts
@@ -92,8 +93,10 @@ def jsonable(value: Any) -> Any:
 
 
 def tasks_hash(task_ids: Iterable[str]) -> str:
-    """sha256 over the task ids in order (one per line)."""
-    return _sha("\n".join(str(t) for t in task_ids))
+    """``"<n> tasks sha256:<hex>"``: the count (so a difference reads "50 tasks vs 500 tasks") and the sha256
+    over the task ids in order (one per line)."""
+    ids = [str(t) for t in task_ids]
+    return f"{len(ids)} tasks " + _sha("\n".join(ids))
 
 
 def hash_files(paths: Iterable[str | os.PathLike[str]]) -> str:
@@ -191,7 +194,8 @@ def _show(v: Any, *, kwarg: bool = False) -> str:
     if v is None:
         return "None" if kwarg else "unknown"
     if isinstance(v, str):
-        return v[:19] if v.startswith("sha256:") else v
+        at = v.find("sha256:")
+        return v[:at + 15] if at >= 0 else v
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 

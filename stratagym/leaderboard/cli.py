@@ -106,6 +106,42 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         Console(soft_wrap=True).print(f"wrote {esc(paths['markdown'])} and {esc(paths['html'])}" + (f" (+{len(paths) - 2} plots)" if len(paths) > 2 else ""))
 
 
+    @lb_app.command("rebuild")
+    def rebuild(
+        records: Path = typer.Option(Path("leaderboard") / "records", "--records", help="Folder of record JSON files (the board's source)."),
+        out_dir: Path = typer.Option(Path("leaderboard"), "--out-dir", "-o", help="Folder for LEADERBOARD.md, index.html, plots/."),
+        plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw metric and training-curve plots (matplotlib)."),
+    ) -> None:
+        """Render the board from a records folder alone, through a fresh temporary store: the documented way
+        to regenerate the committed board (the same records give the same bytes on every machine)."""
+        import tempfile
+
+        from rich.console import Console
+
+        from stratagym.display import esc
+        from stratagym.errors import UserError
+        from stratagym.eval.records import RecordError, load_record
+        from stratagym.leaderboard.render import render_board
+        from stratagym.leaderboard.store import Leaderboard, SubmissionError
+
+        files = sorted(records.glob("*.json")) if records.is_dir() else []
+        if not files:
+            raise UserError(f"no record files (*.json) in {records}; give --records FOLDER")
+        console = Console(soft_wrap=True)
+        refused = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            lb = Leaderboard(Path(tmp) / "board.db")
+            for path in files:
+                try:
+                    lb.submit(load_record(path))
+                except (RecordError, SubmissionError) as exc:
+                    refused += 1
+                    console.print(f"[red]not on the board[/red] {esc(path)}: {esc(exc)}")
+            paths = render_board(lb, out_dir, plots=plots)
+            lb.close()
+        console.print(f"rendered {len(files) - refused} record(s) into {esc(paths['markdown'])} and {esc(paths['html'])}")
+        raise typer.Exit(1 if refused else 0)
+
     @lb_app.command("diff")
     def diff(
         a: str = typer.Argument(..., help="A record: its JSON file, or its record id (or a unique prefix) on the board."),
