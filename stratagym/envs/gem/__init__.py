@@ -16,6 +16,8 @@ ENV_SPECS = [
                     "(default gem_id: game:GuessTheNumber-v0-easy).",
         requires=("gem",),
         extra="gem",
+        reward="the GEM env's own reward (gem_id's)",
+        libraries=("gem-llm", "reasoning-gym"),  # GEM's envs are its code: their versions are the behaviour
         cli="stratagym.envs.gem.cli",  # `stratagym envs check-gem`
     ),
 ]
