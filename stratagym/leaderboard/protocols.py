@@ -99,7 +99,8 @@ def protocol_problems(record: Mapping[str, Any]) -> list[str]:
         if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= known:
             problems.append(f"protocol.fields.behaviour_version: unknown env version for {spec.id} "
                             f"(this stratagym knows 1 to {known}); a newer stratagym wrote it, or it was edited")
-        elif isinstance(env.get("kwargs"), Mapping) and fields["task_kwargs"] != resolved_task_kwargs(spec, env["kwargs"]):
+        elif isinstance(env.get("kwargs"), Mapping) and not _kwargs_agree(spec, env["kwargs"], fields["task_kwargs"],
+                                                                            defaults=version == known):
             problems.append("protocol.fields.task_kwargs: does not match the record's env.kwargs")
     if fields["split"] != record.get("split"):
         problems.append("protocol.fields.split: does not match the record's split")
@@ -108,6 +109,22 @@ def protocol_problems(record: Mapping[str, Any]) -> list[str]:
     if proto["fingerprint"] != fingerprint_of(fields):
         problems.append("protocol.fingerprint: does not match the protocol's fields (edited after the eval?)")
     return problems
+
+
+def _kwargs_agree(spec: Any, kwargs: Mapping[str, Any], task_kwargs: Any, *, defaults: bool) -> bool:
+    """The fingerprint's task kwargs agree with the record's: every kwarg it stores explicitly, and with
+    ``defaults`` (the record is of the env's current behaviour version, so today's defaults were its
+    defaults) every default the fingerprint lists too. A kwarg the env gained since the eval (absent from
+    the fingerprint, its default keeping the old behaviour) does not make a sound record look forged; a
+    default that changed came with a version bump, and is then not re-derived."""
+    if not isinstance(task_kwargs, Mapping):
+        return False
+    now = resolved_task_kwargs(spec, kwargs)
+    for k, v in now.items():
+        stored = k in kwargs or k in spec.kwargs
+        if (stored and (k not in task_kwargs or task_kwargs[k] != v)) or (defaults and k in task_kwargs and task_kwargs[k] != v):
+            return False
+    return True
 
 
 def compare_records(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

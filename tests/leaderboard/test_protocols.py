@@ -84,7 +84,7 @@ def test_diff_command_names_each_field(tmp_path):
     (lambda r: r["protocol"]["fields"].pop("data"), "protocol.fields.data: missing"),
     (lambda r: r["protocol"].pop("fingerprint"), "protocol.fingerprint: missing"),
     (lambda r: r["protocol"]["fields"].update(behaviour_version=99), "protocol.fields.behaviour_version: unknown env version"),
-    (lambda r: r["protocol"]["fields"]["task_kwargs"].update(max_steps=99), "protocol.fields.task_kwargs"),
+    (lambda r: r["protocol"]["fields"]["task_kwargs"].update(max_steps=99), "protocol.fingerprint: does not match"),
     (lambda r: r["env"]["kwargs"].update(n_tasks=3), "protocol.fields.task_kwargs"),
     (lambda r: r["protocol"]["fields"].update(tasks="sha256:0"), "protocol.fields.tasks"),
     (lambda r: r.pop("protocol"), "missing field 'protocol'"),
@@ -164,3 +164,12 @@ def test_the_render_is_byte_identical_twice_and_whatever_the_submission_order(tm
         assert outs[0][k] == outs[1][k] == outs[2][k], k
     first = [t for t in board_tables(lb) if t.env == ENV][0]
     assert [r["agent"] for r in first.rows] == ["a", "b", "c"] and {r["rank"] for r in first.rows} == {1}
+
+
+def test_a_record_measured_before_its_env_gained_a_kwarg_is_still_accepted(tmp_path):
+    def older(r):  # the env had no ``n_easy``-like kwarg then: its fingerprint lacks one the signature has now
+        fields = r["protocol"]["fields"]
+        fields["task_kwargs"].pop(sorted(fields["task_kwargs"])[0])
+        r["protocol"]["fingerprint"] = fingerprint_of(fields)
+    rec = _edit(measured("a", 0.5), older)
+    Leaderboard(tmp_path / "b.db").submit(rec)
