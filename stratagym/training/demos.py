@@ -42,11 +42,12 @@ import hashlib
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from stratagym.agents.prompts import PromptTemplate, template_for_env
 from stratagym.agents.tool_messages import trl_messages
 from stratagym.errors import ConfigError
+from stratagym.jsonl import read_jsonl
 
 __all__ = [
     "DemosFormatError",
@@ -330,15 +331,6 @@ def write_demos(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with open(path, "rb") as fh:
-        for i, raw in enumerate(fh, start=1):
-            try:
-                yield i, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DemosFormatError(f"{path}: line {i} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-
-
 def read_demos(path: str | Path) -> list[dict[str, Any]]:
     """Read and check a demonstrations file; a bad line raises :class:`DemosFormatError` naming it.
 
@@ -350,17 +342,8 @@ def read_demos(path: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise DemosFormatError(f"demonstrations file {str(path)!r} does not exist; write one with `stratagym demos collect`")
     records: list[dict[str, Any]] = []
-    for i, line in _iter_lines(path):
-        if not line.strip():
-            continue
+    for i, rec, _ in read_jsonl(path, error=DemosFormatError):  # UTF-8, JSON, an object: line-numbered errors
         where = f"{path}: line {i}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            hint = " (the file looks truncated)" if not line.endswith("\n") else ""
-            raise DemosFormatError(f"{where} is not valid JSON: {exc.msg} at column {exc.colno}{hint}") from None
-        if not isinstance(rec, dict):
-            raise DemosFormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
         missing = [k for k in _REQUIRED_KEYS if k not in rec]
         if missing:
             raise DemosFormatError(f"{where}: missing key(s) {missing}; a record needs {list(_REQUIRED_KEYS)}")

@@ -42,6 +42,7 @@ from typing import Any, Optional, Sequence
 
 
 from stratagym.errors import ConfigError
+from stratagym.jsonl import read_jsonl
 from stratagym.training.config import build_dataclass, read_yaml_mapping
 
 __all__ = [
@@ -237,6 +238,8 @@ def build_examples(records: Sequence[dict[str, Any]], policy: Any) -> list[dict[
 def _tokenizer_texts(records: Sequence[dict[str, Any]], extra_files: Sequence[str]) -> list[str]:
     texts: list[str] = []
     for rec in records:
+        if rec.get("tools"):  # the tools protocol's schemas are in every prompt
+            texts.append(json.dumps(rec["tools"], ensure_ascii=False))
         for turn in rec["turns"]:
             texts.extend(m["content"] for m in turn["prompt"])
             texts.append(turn["completion"])
@@ -244,17 +247,14 @@ def _tokenizer_texts(records: Sequence[dict[str, Any]], extra_files: Sequence[st
         path = Path(name)
         if not path.exists():
             raise ConfigError(f"tokenizer.extra_text file {name!r} does not exist")
+        if path.suffix == ".jsonl":  # the string values of every object; other lines are not text to learn
+            for line in read_jsonl(path, skip_bad=True):
+                texts.extend(v for v in line.value.values() if isinstance(v, str))
+            continue
         with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                if path.suffix == ".jsonl":
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue
-                    if isinstance(obj, dict):
-                        texts.extend(v for v in obj.values() if isinstance(v, str))
-                elif line.strip():
-                    texts.append(line.rstrip("\n"))
+            for text in fh:
+                if text.strip():
+                    texts.append(text.rstrip("\n"))
     return texts
 
 
@@ -382,7 +382,8 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     t = _stage(times, "demos_s", t)
 
     # 2. tokenizer + base model
-    template = template_for_env(recipe.env.id, None, recipe.policy.get("template"))
+    template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
+                                recipe.policy.get("template"))
     base = out / "base"
     if "path" in recipe.model:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -513,7 +514,7 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     return meta
 
 
-def check_policy_for_env(policy: Any, env_id: str) -> None:
+def check_policy_for_env(policy: Any, env_id: str, env_kwargs: Optional[dict[str, Any]] = None) -> None:
     """Refuse an SFT checkpoint (a folder with ``sft_meta.json``) built for another env family, e.g. a
     SearchQA checkpoint put on ALFWorld; the message names the fix.
 
@@ -521,7 +522,9 @@ def check_policy_for_env(policy: Any, env_id: str) -> None:
     without ``env_id``'s tags is refused. A pretrained model (SmolLM2, Qwen, ...) spells the tags in
     several tokens, and that is fine for it: it is not checked at all when it never went through
     ``stratagym sft``, and when it did (its recipe said ``model.require_tag_tokens: false``), the
-    template it was tuned on must be ``env_id``'s.
+    template it was tuned on must be ``env_id``'s. The env's ``protocol`` (``env_kwargs``) picks the
+    template: ``tools`` for the tools protocol; without ``env_kwargs``, a checkpoint tuned on the
+    ``tools`` template is checked against it.
     """
     from stratagym.agents.prompts import template_for_env
     from stratagym.agents.small_lm import check_tokenizer_for_template
@@ -530,11 +533,12 @@ def check_policy_for_env(policy: Any, env_id: str) -> None:
     tokenizer = getattr(policy, "tokenizer", None)
     if tokenizer is None or not (folder / META_FILE).exists():
         return
-    template = template_for_env(env_id, None, getattr(policy.config, "template", None))
     try:
         meta = json.loads((folder / META_FILE).read_text())
     except (OSError, ValueError):
         meta = {}
+    protocol = (env_kwargs or {}).get("protocol") or ("tools" if env_kwargs is None and meta.get("template") == "tools" else "tags")
+    template = template_for_env(env_id, {"protocol": protocol}, getattr(policy.config, "template", None))
     model_spec = (meta.get("recipe") or {}).get("model") or {}
     if model_spec.get("path") and model_spec.get("require_tag_tokens", True) is False:
         tuned_on = meta.get("template")
@@ -562,7 +566,7 @@ def evaluate_checkpoint(path: str | Path, env_id: str, env_kwargs: dict[str, Any
     from stratagym.training.rollout import play
 
     policy = LLMPolicy.from_pretrained(str(path))
-    check_policy_for_env(policy, env_id)
+    check_policy_for_env(policy, env_id, env_kwargs)
     policy.eval()
     env = gym.make(env_id, **env_kwargs)
     try:

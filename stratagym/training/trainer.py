@@ -73,6 +73,7 @@ from stratagym.training.rollout import (
     shape_rewards,
 )
 from stratagym.errors import ConfigError
+from stratagym.jsonl import read_jsonl
 
 __all__ = ["Trainer", "build_policy", "seed_everything", "check_estimator_metadata"]
 
@@ -159,14 +160,8 @@ class _MetricsLog:
         """Drop rows of steps after ``step`` (they were lost with the process and will be redone)."""
         if not self.enabled or not self.path.exists():
             return
-        keep = []
-        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:  # a row torn by a kill mid-write: it belongs to a step that is redone
-                continue
-            if isinstance(row, dict) and row.get("step", 0) <= step:
-                keep.append(line)
+        # a row torn by a kill mid-write is skipped: it belongs to a step that is redone
+        keep = [line.text for line in read_jsonl(self.path, skip_bad=True) if line.value.get("step", 0) <= step]
         atomic_write_text(self.path, "".join(k + "\n" for k in keep))
 
     def log(self, row: dict[str, Any]) -> None:

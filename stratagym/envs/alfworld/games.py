@@ -31,6 +31,7 @@ from stratagym.atomic import atomic_write, publish_folder
 from stratagym.envs.alfworld import paths
 from stratagym.envs.alfworld.generator import TASK_TYPES, GameRecord, game_json, problem_pddl, traj_data
 from stratagym.errors import ConfigError
+from stratagym.jsonl import read_jsonl
 
 __all__ = [
     "SPLITS",
@@ -152,16 +153,10 @@ def load_records(split: str, directory: Path | None = None) -> list[tuple[GameRe
         raise ConfigError(f"bundled ALFWorld games not found at {path}; run scripts/make_alfworld_data.py "
                           "or pass data_path= pointing at ALFWorld data")
     out = []
-    with path.open() as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{n}: not valid JSON ({exc})") from exc
-            digest = data.pop("problem_sha256", "")
-            out.append((GameRecord.from_dict(data), digest))
+    for line in read_jsonl(path):  # a bad line is a ConfigError naming it
+        data = line.value
+        digest = data.pop("problem_sha256", "")
+        out.append((GameRecord.from_dict(data), digest))
     return out
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from stratagym.atomic import atomic_write_lines, write_json_atomic
 from stratagym.errors import ConfigError
+from stratagym.jsonl import read_jsonl
 from stratagym.paths import cache_dir
 from stratagym.envs.search_qa.protocol import question_from_prompt
 
@@ -170,38 +171,27 @@ def _load_qa_cached(path: str, mtime_ns: int, size: int, split: str) -> tuple[QA
 
 
 def _read_json_rows(path: Path) -> Iterator[dict]:
+    """The rows of a ``.json`` list or (any other suffix) a JSONL file (:func:`stratagym.jsonl.read_jsonl`:
+    a bad line is a ConfigError naming it)."""
+    if path.suffix != ".json":
+        for line in read_jsonl(path):
+            yield line.value
+        return
     try:
-        yield from _read_json_rows_utf8(path)
+        with path.open("r", encoding="utf-8") as fh:
+            data = json.load(fh)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason}: {exc.object[exc.start:exc.start + 1]!r}); "
                           "re-save it as UTF-8 (e.g. iconv -t UTF-8)") from None
-
-
-def _read_json_rows_utf8(path: Path) -> Iterator[dict]:
-    with path.open("r", encoding="utf-8") as fh:
-        if path.suffix == ".json":
-            try:
-                data = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-            if not isinstance(data, list):
-                raise ConfigError(f"{path}: expected a JSON list of questions")
-            for i, row in enumerate(data):
-                if not isinstance(row, dict):
-                    raise ConfigError(f"{path}: item {i} is a {type(row).__name__}; expected a JSON list of "
-                                      "objects, one per row (a question, or a corpus passage)")
-                yield row
-            return
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{lineno} is not valid JSON ({exc}); expected one object per line") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{lineno}: expected a JSON object")
-            yield row
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"{path}: expected a JSON list of questions")
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: item {i} is a {type(row).__name__}; expected a JSON list of "
+                              "objects, one per row (a question, or a corpus passage)")
+        yield row
 
 
 def _read_parquet(path: Path) -> list[dict]:
