@@ -138,8 +138,14 @@ class _Raising(gem.Env):
         return "ok", float("nan") if "nan" in action else 0.5, False, False, {}
 
 
-gem.register("stratagym-test:Raising-v0", _Raising) if "stratagym-test:Raising-v0" not in __import__(
-    "gem.envs.registration", fromlist=["ENV_REGISTRY"]).ENV_REGISTRY else None
+def _register_raising() -> None:
+    from gem.envs.registration import ENV_REGISTRY
+
+    if "stratagym-test:Raising-v0" not in ENV_REGISTRY:  # gem.register refuses a second registration
+        gem.register("stratagym-test:Raising-v0", _Raising)
+
+
+_register_raising()
 
 
 def test_a_gem_env_that_fails_ends_the_episode_with_the_reason():
