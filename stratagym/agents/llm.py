@@ -209,6 +209,8 @@ class LLMPolicy:
         self.tokenizer = tokenizer
         if tokenizer is not None and tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
+        if tokenizer is not None and config.chat_template:  # saved with the tokenizer by save_pretrained
+            tokenizer.chat_template = load_chat_template(config.chat_template)
         self.sampling = config.sampling()
         self._backend: Any = None
         self._dirty = False
@@ -277,8 +279,6 @@ class LLMPolicy:
                 "safetensors weights (the hub is not reachable offline)."
             ) from exc
         tokenizer.padding_side = "left"
-        if config.chat_template:
-            tokenizer.chat_template = load_chat_template(config.chat_template)
         model.to(device)
         if config.lora and not adapter.exists():
             model = _apply_lora(model, config.lora)
