@@ -23,21 +23,27 @@ import sys
 import time
 from pathlib import Path
 
-import gymnasium as gym
-import httpx
+# Run as a script, this file's folder is sys.path[0], where benchmarks/alfworld.py would shadow the
+# alfworld package that stratagym/ALFWorld-v0 imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import stratagym  # noqa: F401
-from stratagym.envs.core import EpisodeKey
-from stratagym.envs.registry import agent_env_kwargs, make_agent
+import gymnasium as gym  # noqa: E402
+import httpx  # noqa: E402
+
+import stratagym  # noqa: F401,E402
+from stratagym.envs.core import EpisodeKey  # noqa: E402
+from stratagym.envs.registry import agent_env_kwargs, make_agent  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_ENVS = "stratagym/SearchStrata-v0,stratagym/SearchQA-v0"
+DEFAULT_ENVS = "stratagym/SearchStrata-v0,stratagym/SearchQA-v0,stratagym/ALFWorld-v0"
+# the scripted agent that wins each env ("oracle" unless the env names its expert otherwise)
+EXPERT = {"stratagym/ALFWorld-v0": "planner"}
 
 
 def record(env_id: str, kwargs: dict, n_tasks: int) -> list[tuple[str, int, list[str]]]:
-    """(task id, seed, the oracle's actions) for the first ``n_tasks`` tasks, played in-process."""
+    """(task id, seed, the expert's actions) for the first ``n_tasks`` tasks, played in-process."""
     env = gym.make(env_id, **kwargs)
-    agent = make_agent(env_id, "oracle", env, seed=0)
+    agent = make_agent(env_id, EXPERT.get(env_id, "oracle"), env, seed=0)
     episodes = []
     for i, task in enumerate(list(env.unwrapped.task_ids())[:n_tasks]):
         obs, info = env.reset(seed=i, options={"task_id": task})
@@ -89,7 +95,7 @@ def start_server(env_id: str, kwargs: dict) -> tuple[subprocess.Popen, str]:
 
 
 def bench(env_id: str, n_tasks: int, repeats: int, rounds: int = 10) -> None:
-    kwargs = agent_env_kwargs(env_id, "oracle")
+    kwargs = agent_env_kwargs(env_id, EXPERT.get(env_id, "oracle"))
     episodes = record(env_id, kwargs, n_tasks)
     local = gym.make(env_id, **kwargs).unwrapped  # bare envs both sides: the wrappers' checks are not timed
     proc, url = start_server(env_id, kwargs)
