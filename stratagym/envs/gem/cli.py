@@ -26,33 +26,18 @@ def check_gem(
     """Contract, fuzz and determinism checks (and a soak) on a GEM env, through stratagym/GEM-v0."""
     from rich.console import Console
 
-    from stratagym.display import esc
     from stratagym.envs.gem.gem_env import GEMTextEnv
     from stratagym.envs.openenv.check import check_envs, soak_envs
-    from stratagym.envs.openenv.cli import parse_env_kwargs
+    from stratagym.envs.openenv.cli import parse_env_kwargs, print_check_results, print_soak_report
 
     kwargs: dict[str, Any] = {"gem_id": gem_id, "gem_kwargs": parse_env_kwargs(gem_kwarg), "tasks": tasks,
                               "max_steps": max_steps}
     GEMTextEnv(**kwargs).close()  # a missing GEM or an unknown id is the user's to fix: exit 2, not a failed check
     console = Console()
-    failed = 0
-    for result in check_envs(lambda: GEMTextEnv(**kwargs)):
-        failed += not result.ok
-        mark = "[green]ok[/green]  " if result.ok else "[red]FAIL[/red]"
-        console.print(f"{mark} {result.name}: {esc(result.detail)}")
+    failed = print_check_results(console, check_envs(lambda: GEMTextEnv(**kwargs)))
     if soak_episodes > 0:
         report = soak_envs(lambda: GEMTextEnv(**kwargs), episodes=soak_episodes, sessions=sessions,
                            max_steps=max_steps, pid=os.getpid())
-        peak = ", ".join(f"{k} {v:.0f}" for k, v in report.peak.items() if k != "done")
-        console.print(f"soak: {report.resets} resets, {report.steps} steps, {report.failures} failed episodes in "
-                      f"{report.seconds:.1f} s over {sessions} sessions; this process's peak: {peak}")
-        if len(report.samples) >= 2:
-            first, last = report.samples[0], report.samples[-1]
-            console.print("before -> after: " + ", ".join(f"{k} {first[k]:.0f} -> {last[k]:.0f}"
-                                                          for k in first if k != "done"))
-        for error in report.errors:
-            console.print(f"  [red]episode failed[/red]: {esc(error)}")
-        for leak in report.leaks:
-            console.print(f"[red]LEAK[/red] {esc(leak)}")
-        failed += bool(report.leaks) + bool(report.failures)
+        failed += print_soak_report(console, report, sessions, peak_label="this process's peak",
+                                    change_label="before -> after")
     raise typer.Exit(1 if failed else 0)

@@ -86,34 +86,51 @@ def check_openenv(
     """Contract, fuzz and determinism checks (and a soak) against any OpenEnv server, through stratagym/OpenEnv-v0."""
     from rich.console import Console
 
-    from stratagym.display import esc
     from stratagym.envs.openenv.check import check_server, soak
 
     console = Console()
     tasks = [_task(t) for t in task] or None
-    failed = 0
-    for result in check_server(url, tasks, message_timeout_s=message_timeout):
-        failed += not result.ok
-        mark = "[green]ok[/green]  " if result.ok else "[red]FAIL[/red]"
-        console.print(f"{mark} {result.name}: {esc(result.detail)}")
+    failed = print_check_results(console, check_server(url, tasks, message_timeout_s=message_timeout))
     if soak_episodes > 0:
         if server_pid is not None and not os.path.isdir(f"/proc/{server_pid}"):
             raise ConfigError(f"--server-pid {server_pid}: no such process on this machine")
         report = soak(url, tasks, episodes=soak_episodes, sessions=sessions, server_pid=server_pid,
                       message_timeout_s=message_timeout)
-        peak = ", ".join(f"{k} {v:.0f}" for k, v in report.peak.items() if k != "done") or "not sampled (no --server-pid)"
-        console.print(f"soak: {report.resets} resets, {report.steps} steps, {report.failures} failed episodes in "
-                      f"{report.seconds:.1f} s over {sessions} sessions; server peak: {peak}")
-        if len(report.samples) >= 2:
-            first, last = report.samples[0], report.samples[-1]
-            console.print("server before -> after: " + ", ".join(f"{k} {first[k]:.0f} -> {last[k]:.0f}"
-                                                                 for k in first if k != "done"))
-        for error in report.errors:
-            console.print(f"  [red]episode failed[/red]: {esc(error)}")
-        for leak in report.leaks:
-            console.print(f"[red]LEAK[/red] {esc(leak)}")
-        failed += bool(report.leaks) + bool(report.failures)
+        failed += print_soak_report(console, report, sessions, peak_label="server peak",
+                                    change_label="server before -> after", unsampled="not sampled (no --server-pid)")
     raise typer.Exit(1 if failed else 0)
+
+
+def print_check_results(console: Any, results: Any) -> int:
+    """Print each check as ok/FAIL with its (escaped) detail; returns how many failed. Shared by the
+    ``check-openenv`` and ``check-gem`` commands."""
+    from stratagym.display import esc
+
+    failed = 0
+    for result in results:
+        failed += not result.ok
+        mark = "[green]ok[/green]  " if result.ok else "[red]FAIL[/red]"
+        console.print(f"{mark} {result.name}: {esc(result.detail)}")
+    return failed
+
+
+def print_soak_report(console: Any, report: Any, sessions: int, *, peak_label: str, change_label: str,
+                      unsampled: str = "") -> int:
+    """Print a soak's counts, the sampled process's peak and change (``peak_label``, ``change_label`` name that
+    process), failed episodes and leaks; returns 1 for leaks plus 1 for failed episodes."""
+    from stratagym.display import esc
+
+    peak = ", ".join(f"{k} {v:.0f}" for k, v in report.peak.items() if k != "done") or unsampled
+    console.print(f"soak: {report.resets} resets, {report.steps} steps, {report.failures} failed episodes in "
+                  f"{report.seconds:.1f} s over {sessions} sessions; {peak_label}: {peak}")
+    if len(report.samples) >= 2:
+        first, last = report.samples[0], report.samples[-1]
+        console.print(f"{change_label}: " + ", ".join(f"{k} {first[k]:.0f} -> {last[k]:.0f}" for k in first if k != "done"))
+    for error in report.errors:
+        console.print(f"  [red]episode failed[/red]: {esc(error)}")
+    for leak in report.leaks:
+        console.print(f"[red]LEAK[/red] {esc(leak)}")
+    return bool(report.leaks) + bool(report.failures)
 
 
 def _task(text: str) -> Any:
