@@ -16,7 +16,11 @@
   group), each distinct prompt runs once and its keys/values are reused by the rows that share it
   (``shared_prompt_scoring``; same maths, gradients flow back into the shared prompt pass);
 * ``frozen_copy`` is a deep copy of the model without gradients -- or, for LoRA, a view that runs the
-  same model with the adapters disabled (the reference policy is the base model, no second copy);
+  same model with other adapter weights, no second copy of the base. The reference is the policy training
+  starts from, as in verl and TRL: for a LoRA added to a base model, the base (adapters disabled); for a
+  policy loaded from a saved adapter (RL from a LoRA SFT checkpoint), that adapter, loaded a second time
+  as a frozen ``reference`` adapter (TRL's ``ref_adapter_name`` idea). Disabling the adapter there would
+  make the KL term pull the policy back to the untuned base, not to the SFT policy;
 * ``save_pretrained`` / ``from_pretrained`` write/read a normal HF folder (safetensors, tokenizer) plus
   ``stratagym_policy.json`` with the agent settings. LoRA policies save the adapter and the base model
   path; ``from_pretrained`` restores both.
@@ -28,6 +32,7 @@ colocated vLLM engine that receives the weights after each optimizer step
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -215,6 +220,8 @@ class LLMPolicy:
         self._backend: Any = None
         self._dirty = False
         self._reference_of: Optional[LLMPolicy] = None  # set on LoRA reference views
+        self._initial_adapter: Optional[str] = None  # the adapter folder this policy was loaded from
+        self._reference_adapter: Optional[str] = None  # on a LoRA reference view: the adapter it scores with
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
@@ -285,13 +292,19 @@ class LLMPolicy:
         if config.gradient_checkpointing:
             unwrap_model(model).gradient_checkpointing_enable()
             unwrap_model(model).config.use_cache = False
-        return cls(model, tokenizer, config)
+        policy = cls(model, tokenizer, config)
+        policy._initial_adapter = directory if adapter.exists() else None
+        return policy
 
     def save_pretrained(self, directory: str | os.PathLike[str]) -> None:
         """Weights (safetensors) + tokenizer + ``stratagym_policy.json`` into ``directory``."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        unwrap_model(self.model).save_pretrained(out, safe_serialization=True)
+        module = unwrap_model(self.model)
+        if _REFERENCE_ADAPTER in getattr(module, "peft_config", {}):  # the frozen KL reference is not saved
+            module.save_pretrained(out, safe_serialization=True, selected_adapters=[module.active_adapter])
+        else:
+            module.save_pretrained(out, safe_serialization=True)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(out)
         data = asdict(self.config)
@@ -321,12 +334,19 @@ class LLMPolicy:
         return hasattr(unwrap_model(self.model), "disable_adapter")
 
     def frozen_copy(self) -> "LLMPolicy":
-        """The KL reference: a frozen deep copy, or for LoRA the same model with adapters disabled."""
+        """The KL reference, the policy training starts from: a frozen deep copy; for LoRA the same model
+        with the adapters disabled (a fresh LoRA on a base) or with the loaded adapter's initial weights as a
+        frozen second adapter (a policy loaded from a saved adapter)."""
         if self.is_lora:
             ref = LLMPolicy.__new__(LLMPolicy)
             ref.__dict__.update(self.__dict__)
             ref._reference_of = self
             ref._backend = None
+            if self._initial_adapter is not None:
+                module = unwrap_model(self.model)
+                if _REFERENCE_ADAPTER not in module.peft_config:
+                    module.load_adapter(self._initial_adapter, adapter_name=_REFERENCE_ADAPTER, is_trainable=False)
+                ref._reference_adapter = _REFERENCE_ADAPTER
             return ref
         model = copy.deepcopy(unwrap_model(self.model))
         model.eval()
@@ -512,9 +532,30 @@ class LLMPolicy:
         if self.model is None:
             raise ConfigError("this policy has no local model (backend 'openai' is for evaluation only); it cannot be trained")
         if self._reference_of is not None:
-            with unwrap_model(self.model).disable_adapter():
+            with self._reference_weights():
                 return self._score(payloads, with_entropy)
         return self._score(payloads, with_entropy)
+
+    @contextlib.contextmanager
+    def _reference_weights(self) -> Iterator[None]:
+        """Run the shared LoRA model as the reference: adapters off, or the frozen reference adapter active.
+
+        peft's ``set_adapter`` changes which parameters require gradients; the flags are restored exactly,
+        so the trainable adapter stays trainable and the reference stays frozen."""
+        module = unwrap_model(self.model)
+        if self._reference_adapter is None:
+            with module.disable_adapter():
+                yield
+            return
+        trained = module.active_adapter
+        flags = [(p, p.requires_grad) for p in module.parameters()]
+        module.set_adapter(self._reference_adapter, inference_mode=True)
+        try:
+            yield
+        finally:
+            module.set_adapter(trained)
+            for param, flag in flags:
+                param.requires_grad_(flag)
 
     def _shared_prompts(self, payloads: Sequence[Any]) -> Optional[tuple[list[torch.Tensor], list[int]]]:
         """The distinct prompts of ``payloads`` and each row's index into them, when scoring through
@@ -731,6 +772,10 @@ def _per_row_logits_to_keep() -> bool:
     except ImportError:
         return False
     return True
+
+
+#: Name of the frozen copy of a loaded adapter that serves as the KL reference (see :meth:`LLMPolicy.frozen_copy`).
+_REFERENCE_ADAPTER = "reference"
 
 
 def _apply_lora(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Module:

@@ -23,7 +23,8 @@ base class, and the multi-process rules both use are in :mod:`stratagym.training
 
 Distributed: ``accelerate launch`` starts one process per GPU; each samples its own shard of tasks,
 gradients are averaged by the accelerate-prepared model (DDP/FSDP/DeepSpeed). The reference policy is
-a frozen copy (or LoRA with adapters off). Resuming (``resume=True``) reloads the newest complete
+a frozen copy of the starting policy (for LoRA the same model with adapters off, or with the loaded
+adapter's starting weights as a frozen second adapter). Resuming (``resume=True``) reloads the newest complete
 checkpoint -- weights, optimizer, scheduler, RNG states, estimator state (HA-DW anchors), and for PPO
 the critic and its optimizer -- and continues bit for bit on CPU: the metrics of a resumed run equal
 those of an uninterrupted one.
@@ -329,9 +330,15 @@ class Trainer(TrainerUpdate):
         loaded = type(self.policy).from_pretrained(str(data["policy_dir"]))
         from stratagym.agents.policy import unwrap_model
 
-        # copy the weights into the prepared model in place (the optimizer holds its parameters)
-        src = unwrap_model(loaded.model).state_dict()
-        unwrap_model(self.policy.model).load_state_dict(src)
+        # copy the weights into the prepared model in place (the optimizer holds its parameters). A saved
+        # policy lacks only frozen weights the run added itself (a LoRA policy's frozen reference adapter);
+        # every trainable weight must come back
+        module = unwrap_model(self.policy.model)
+        result = module.load_state_dict(unwrap_model(loaded.model).state_dict(), strict=False)
+        frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
+        if result.unexpected_keys or set(result.missing_keys) - frozen:
+            raise RuntimeError(f"checkpoint {ckpt} does not match the policy: missing {sorted(set(result.missing_keys) - frozen)[:5]}, "
+                               f"unexpected {sorted(result.unexpected_keys)[:5]}")
         if data["optimizer"] is not None:
             self.optimizer.load_state_dict(data["optimizer"])
         if data["scheduler"] is not None:

@@ -294,3 +294,42 @@ def test_sampling_top_k_top_p_restrict_support():
     tok, lp = HFGenerator._sample(logits, SamplingConfig(), greedy=True)
     assert set(tok.tolist()) == {0}
     assert torch.allclose(lp, torch.log_softmax(logits, -1)[:, 0])
+
+
+def test_lora_loaded_from_adapter_keeps_that_adapter_as_reference(tmp_path):
+    """RL from a LoRA SFT checkpoint: the KL reference is the checkpoint (the starting policy), not the
+    base with adapters off -- that would pull the policy back to the untuned model. Scoring as the
+    reference leaves the trainable adapter trainable, and saving writes the trained adapter only."""
+    path = tiny_lm_path()
+    sft = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), max_new_tokens=8, lora={"r": 4, "alpha": 8}))
+    torch.manual_seed(0)
+    gens = sft.generate([_req(admissible_actions=["look"]) for _ in range(2)])
+    pays = [g.payload for g in gens]
+    with torch.no_grad():
+        for p in sft.parameters():
+            p.add_(0.05)
+        sft_lp = sft.sequence_log_probs(pays).logprobs
+    sft.save_pretrained(tmp_path / "sft")
+
+    pol = LLMPolicy.from_pretrained(tmp_path / "sft")
+    trainable = sorted(n for n, p in pol.model.named_parameters() if p.requires_grad)
+    ref = pol.frozen_copy()
+    with torch.no_grad():
+        assert torch.allclose(ref.sequence_log_probs(pays).logprobs, sft_lp, atol=1e-5)
+        for p in pol.parameters():  # the trained adapter moves on; the reference must not
+            p.add_(0.05)
+        cur = pol.sequence_log_probs(pays).logprobs
+        refl = ref.sequence_log_probs(pays).logprobs
+        base = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path))).sequence_log_probs(pays).logprobs
+    assert torch.allclose(refl, sft_lp, atol=1e-5)
+    assert not torch.allclose(cur, sft_lp, atol=1e-4) and not torch.allclose(refl, base, atol=1e-4)
+    assert sorted(n for n, p in pol.model.named_parameters() if p.requires_grad) == trainable
+    loss = pol.sequence_log_probs(pays).logprobs.sum()
+    loss.backward()
+    assert all(p.grad is not None for p in pol.parameters())
+
+    pol.save_pretrained(tmp_path / "rl")
+    assert not (tmp_path / "rl" / "reference").exists()
+    back = LLMPolicy.from_pretrained(tmp_path / "rl")
+    with torch.no_grad():
+        assert torch.allclose(back.sequence_log_probs(pays).logprobs, cur, atol=1e-5)

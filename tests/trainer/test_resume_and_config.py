@@ -195,3 +195,46 @@ def test_kill_minus_9_then_resume_matches_uninterrupted_run(tmp_path):
     resumed = _metrics(cut_out)
     assert [r["step"] for r in resumed] == list(range(1, steps + 1))
     assert resumed == reference
+
+
+def test_lora_rl_from_a_saved_adapter_keeps_it_as_kl_reference_and_resumes(tmp_path):
+    """RL from a LoRA SFT checkpoint with a KL term: the first step's policy IS the reference (the KL
+    of step 1 is 0; with the base as reference it would not be), and a run cut after one step then resumed (the
+    checkpoint holds the trained adapter only; the frozen reference adapter is rebuilt from the SFT
+    folder) logs the same metrics as the uninterrupted run."""
+    from stratagym.agents.llm import LLMConfig, LLMPolicy
+    from stratagym.agents.tiny_lm import tiny_lm_path
+    from stratagym.training.trainer import Trainer
+
+    base = tiny_lm_path()
+    sft = LLMPolicy.from_pretrained(base, config=LLMConfig(model=str(base), lora={"r": 4, "alpha": 8}))
+    import torch
+
+    with torch.no_grad():
+        for p in sft.parameters():
+            p.add_(0.02)
+    sft.save_pretrained(tmp_path / "sft")
+
+    def run(out: Path, *, steps: int, resume: bool = False) -> list[dict]:
+        p = tmp_path / f"{out.name}.yaml"
+        p.write_text(yaml.safe_dump({
+            "policy": {"model": str(tmp_path / "sft"), "max_new_tokens": 8, "memory_k": 1},
+            "env": {"id": RESUME_ENV, "kwargs": {"max_turns": 1}},
+            "rollout": {"group_size": 2, "tasks_per_step": 2},
+            "loss": {"kl_coef": 0.5, "entropy_coef": 0.05},  # the entropy term moves the adapter when rewards tie
+            "optim": {"lr": 5.0e-2, "micro_batch_size": 4},
+            "train": {"total_steps": 2, "seed": 1, "output_dir": str(out), "save_every": 1, "progress": False,
+                      "tensorboard": False}}))
+        trainer = Trainer(load_recipe(p))
+        try:
+            trainer.train(resume=resume, max_steps=steps)
+        finally:
+            trainer.close()
+        return _metrics(out)
+
+    whole = run(tmp_path / "whole", steps=2)
+    assert [r["step"] for r in whole] == [1, 2]
+    assert whole[0]["loss/kl"] == pytest.approx(0.0, abs=1e-6)  # the SFT adapter is the reference
+    assert whole[1]["loss/kl"] > 1e-6  # the adapter moved away from it
+    run(tmp_path / "cut", steps=1)
+    assert run(tmp_path / "cut", steps=1, resume=True) == whole
