@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from stratagym.errors import UserError
+from stratagym.jsonl import read_jsonl
 from stratagym.paths import slug
 from stratagym.eval.suite import AlgorithmEntry, Suite, TrainSection, load_suite
 
@@ -125,14 +126,14 @@ def recipe_for_run(suite: Suite, section: TrainSection, alg: AlgorithmEntry, env
 
 
 def _curve(output_dir: Path) -> list[dict[str, float]]:
-    """Training curve from the trainer's metrics.jsonl: ``[{step, reward, success}]``."""
+    """Training curve from the trainer's metrics.jsonl: ``[{step, reward, success}]``.
+
+    Read through the one JSONL reader as the trainer's own log: a row torn by a killed run (redone on
+    resume) is passed over instead of failing the bench."""
     path = output_dir / "metrics.jsonl"
     points = []
     if path.exists():
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        for _, row, _ in read_jsonl(path, skip_bad=True):
             if "step" in row and "rollout/return" in row:
                 p = {"step": int(row["step"]), "reward": float(row["rollout/return"])}
                 if "rollout/success" in row:
