@@ -30,6 +30,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import gymnasium as gym
 
+from stratagym.envs.metric_spec import MetricSpec
+
 __all__ = ["CONTRACT_METADATA_KEYS", "EnvSpec", "register_env", "register_all", "list_envs", "get_spec", "ENTRY_POINT_GROUP", "load_object"]
 
 ENTRY_POINT_GROUP = "stratagym.envs"
@@ -84,6 +86,12 @@ class EnvSpec:
       name the subset it actually uses under ``libraries``);
     * ``board_columns``: the few secondary metrics the Markdown board shows next to the primary one (the
       HTML board shows every metric).
+
+    ``metrics`` declares the metrics the env produces (:class:`~stratagym.envs.metric_spec.MetricSpec`: the
+    info key or record field each reads, rate or mean, scale, ranking direction, parts by a flag), in the
+    order the board shows them; the aggregator and the board read them from here. A numeric
+    ``record_info_keys`` value the spec does not declare still becomes a metric (a rate for booleans, a
+    mean for numbers), shown after the declared ones.
     """
 
     id: str
@@ -111,8 +119,16 @@ class EnvSpec:
     reward: str = "env"
     libraries: tuple[str, ...] = ()
     board_columns: tuple[str, ...] = ()
+    metrics: tuple[MetricSpec, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "metrics", tuple(self.metrics))
+        for m in self.metrics:
+            if not isinstance(m, MetricSpec):
+                raise TypeError(f"env {self.id!r}: metrics lists MetricSpec objects, got {type(m).__name__}")
+            if m.info_key is not None and m.info_key not in self.record_info_keys:
+                raise ValueError(f"env {self.id!r}: metric {m.name!r} reads info key {m.info_key!r}, which the "
+                                 f"records do not keep; add it to record_info_keys")
         if self.metadata_keys is None:
             keys = list(CONTRACT_METADATA_KEYS)
             if self.tools:

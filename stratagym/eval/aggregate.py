@@ -1,28 +1,29 @@
 """Per-env metrics from per-episode outcomes, each with its sample size, a 95% CI and an across-seed spread.
 
 Input rows are :class:`stratagym.eval.episodes.EpisodeRecord` objects or their ``to_dict()`` form (what the
-eval harness stores as per-task outcomes). What is computed:
+eval harness stores as per-task outcomes). The metrics of every env are computed here:
 
-=========================  =======================================================================
-metric                     how
-=========================  =======================================================================
-``success``                share of episodes won (Wilson); WebShop: share with score == 1
-``mean_reward``            mean episode return (bootstrap)
-``score``                  mean final task score in [0, 1] (bootstrap)
-``webshop_score``          WebShop only: mean reward x 100, the paper's "score" (bootstrap)
-``em`` / ``f1`` /          QA: exact match, token F1, substring EM from the env's per-episode ``em``,
-``substring_em``           ``f1``, ``substring_em`` info keys (Wilson for 0/1, bootstrap for F1)
-``success/<task_type>``    success per task type where episodes carry ``task_type`` (ALFWorld)
-``success_in_distribution``  success on in-distribution splits (ALFWorld ``valid_seen``) and
-``success_out_of_distribution``  out-of-distribution ones (``valid_unseen``)
-``overlap``                share of episodes whose task overlaps the train split (QA: answer, supporting
-                           passages or a near-duplicate question; the env's boolean ``overlap`` info key)
-``em/overlap``,            the primary metric (``em``, else ``success``) on the overlapping episodes and
-``em/no_overlap``          on the others, where episodes carry ``overlap`` (Wilson)
-``search_count``           mean search calls per episode (+ its distribution)
-``turns``                  mean turns per episode (+ its distribution)
-``valid_ratio``            mean share of valid actions per episode
-=========================  =======================================================================
+=================================  ===============================================================
+metric                             how
+=================================  ===============================================================
+``success``                        share of episodes won (Wilson); ``success_from_score`` envs
+                                   (WebShop): share with score == 1
+``mean_reward``                    mean episode return (bootstrap)
+``score``                          mean final task score in [0, 1] (bootstrap)
+``success/<task_type>``            success per task type where episodes carry ``task_type`` (ALFWorld)
+``success_in_distribution``,       success on in-distribution splits (ALFWorld ``valid_seen``) and
+``success_out_of_distribution``    out-of-distribution ones (``valid_unseen``)
+``search_count``                   mean search calls per episode (+ its distribution)
+``turns``                          mean turns per episode (+ its distribution; lower is better)
+``valid_ratio``                    mean share of valid actions per episode
+=================================  ===============================================================
+
+An env's own metrics are declared in its spec (``EnvSpec.metrics``, :class:`~stratagym.envs.metric_spec.MetricSpec`)
+and computed as declared, each where every episode has its value: SearchQA's ``em``, ``f1``,
+``substring_em``, ``overlap`` with ``em/overlap`` / ``em/no_overlap`` (EM on the questions that overlap the
+train split and on the rest), WebShop's ``webshop_score`` (mean reward x 100). A declared rate that is the
+env's primary metric counts an episode without its value by ``won``. Any other numeric value an env keeps
+(``record_info_keys``) becomes a metric too: a Wilson rate for booleans, a bootstrap mean for numbers.
 
 Across seeds each metric is recomputed per seed and summarised by :func:`stratagym.eval.stats.across_seeds`
 (mean, sample std, min, max).
@@ -35,6 +36,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from stratagym.envs.metric_spec import MetricSpec
 from stratagym.eval.stats import Estimate, SeedSummary, across_seeds, mean, proportion
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "aggregate",
     "primary_metric",
     "higher_is_better",
+    "metric_order",
     "IN_DISTRIBUTION_SPLITS",
     "OUT_OF_DISTRIBUTION_SPLITS",
 ]
@@ -50,9 +53,16 @@ __all__ = [
 IN_DISTRIBUTION_SPLITS = frozenset({"valid_seen", "eval_in_distribution", "in_distribution", "id", "seen"})
 OUT_OF_DISTRIBUTION_SPLITS = frozenset({"valid_unseen", "eval_out_of_distribution", "out_of_distribution", "ood", "unseen"})
 
-#: Metrics where smaller is better (everything else ranks descending).
-LOWER_IS_BETTER = frozenset({"turns"})
-
+#: The metrics of every env read off the episode record (success, its parts by task type and by
+#: distribution are computed from the win rule and the split). An env's own metrics are declared in its
+#: spec (``EnvSpec.metrics``), never here.
+_COMMON_FIRST = (MetricSpec("mean_reward", "mean", field="total_reward", column=False),
+                 MetricSpec("score", "mean", field="score"))
+_COMMON_LAST = (MetricSpec("search_count", "mean", field="search_count"),
+                MetricSpec("turns", "mean", field="turns", higher_is_better=False),
+                MetricSpec("valid_ratio", "mean", field="valid_ratio"))
+#: Keys of ``extra`` that describe an episode rather than measure it.
+_DESCRIPTIVE_KEYS = frozenset({"task_type", "split"})
 
 
 @dataclass(frozen=True)
@@ -61,16 +71,19 @@ class _MetricRules:
 
     primary_metric: str = "success"
     success_from_score: bool = False
+    declared: tuple[MetricSpec, ...] = ()
 
 
-def _rules(env_id: str) -> _MetricRules:
+def _rules(env_id: str | None) -> _MetricRules:
     from stratagym.envs.registry import get_spec
 
+    if env_id is None:
+        return _MetricRules()
     try:
         spec = get_spec(env_id)
     except KeyError:
         return _MetricRules()
-    return _MetricRules(spec.primary_metric, spec.success_from_score)
+    return _MetricRules(spec.primary_metric, spec.success_from_score, tuple(spec.metrics))
 
 
 def primary_metric(env_id: str) -> str:
@@ -78,8 +91,27 @@ def primary_metric(env_id: str) -> str:
     return _rules(env_id).primary_metric
 
 
-def higher_is_better(metric: str) -> bool:
-    return metric not in LOWER_IS_BETTER
+def higher_is_better(metric: str, env_id: str | None = None) -> bool:
+    """The ranking direction of ``metric``: from its declaration (the common metrics here, ``env_id``'s
+    ``EnvSpec.metrics``); undeclared metrics rank higher-first."""
+    for spec in _COMMON_FIRST + _COMMON_LAST + _rules(env_id).declared:
+        if spec.name == metric:
+            return spec.higher_is_better
+    return True
+
+
+def metric_order(env_id: str) -> list[str]:
+    """The metrics the board places, in order: success and score, then ``env_id``'s declared metrics (each
+    followed by its parts by a flag), then success in/out of distribution, search count, turns and valid
+    ratio. Any other metric of a record follows these, sorted by name (the board does that)."""
+    rules = _rules(env_id)
+    order = ["success"] + [m.name for m in _COMMON_FIRST if m.column]
+    for m in rules.declared:
+        if m.column:
+            order.append(m.name)
+        order += m.part_names(rules.primary_metric)
+    order += ["success_in_distribution", "success_out_of_distribution"] + [m.name for m in _COMMON_LAST if m.column]
+    return order
 
 
 @dataclass
@@ -124,23 +156,43 @@ def _won(row: Mapping[str, Any], rules: _MetricRules) -> bool:
     return bool(row.get("won", False))
 
 
+def _summarise(spec: MetricSpec, values: Sequence[Any]) -> Estimate:
+    """A rate (share of values true or >= 0.5, Wilson) or a mean (bootstrap), scaled as declared."""
+    est = proportion(float(v) >= 0.5 for v in values) if spec.kind == "rate" else mean(float(v) for v in values)
+    return est if spec.scale == 1.0 else est.scaled(spec.scale)
+
+
+def _declared(spec: MetricSpec, rows: Sequence[Mapping[str, Any]]) -> Estimate | None:
+    """``spec`` over ``rows``, or ``None`` where an episode lacks its value."""
+    values = [spec.value(r) for r in rows]
+    if not values or any(v is None for v in values):
+        return None
+    return _summarise(spec, values)
+
+
+def _primary_on(rows: Sequence[Mapping[str, Any]], rules: _MetricRules) -> Estimate:
+    """The primary metric on a part of the episodes; an episode without the primary's value counts by its
+    ``won`` flag (a declared rate), success where the primary is not a declared metric."""
+    spec = next((m for m in rules.declared if m.name == rules.primary_metric), None)
+    if spec is None:
+        return proportion(_won(r, rules) for r in rows)
+    values = [spec.value(r) for r in rows]
+    return _summarise(spec, [bool(r.get("won", False)) if v is None else v for r, v in zip(rows, values)])
+
+
 def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: str | None) -> dict[str, Estimate]:
     m: dict[str, Estimate] = {}
-    scores = [float(r.get("score", 0.0)) for r in rows]
     m["success"] = proportion(_won(r, rules) for r in rows)
-    if rules.primary_metric == "webshop_score":  # WebShop's headline: mean reward x 100
-        m["webshop_score"] = mean(float(r.get("total_reward", 0.0)) for r in rows).scaled(100.0)
-    m["mean_reward"] = mean(float(r.get("total_reward", 0.0)) for r in rows)
-    m["score"] = mean(scores)
-
-    # QA: the env reports em/f1/substring_em per episode; use them where every episode has them.
-    for key, kind in (("em", "p"), ("substring_em", "p"), ("f1", "m")):
-        vals = [r["extra"].get(key) for r in rows]
-        if vals and all(v is not None for v in vals):
-            m[key] = proportion(float(v) >= 0.5 for v in vals) if kind == "p" else mean(float(v) for v in vals)
+    for spec in _COMMON_FIRST:
+        m[spec.name] = _declared(spec, rows)  # type: ignore[assignment]  (record fields are never missing)
+    # The env's own metrics, as its spec declares them; each only where every episode has its value.
+    for spec in rules.declared:
+        est = _declared(spec, rows)
+        if est is not None:
+            m[spec.name] = est
     # Any other numeric per-episode value an env keeps (its spec's record_info_keys) becomes a metric
     # of its own: a rate for booleans, a bootstrap mean for numbers. A new env gets its columns this way.
-    handled = {"em", "substring_em", "f1", "task_type", "split"}
+    handled = _DESCRIPTIVE_KEYS | {s.info_key for s in rules.declared}
     extra_keys = sorted({k for r in rows for k in r["extra"]} - handled - set(m))
     for key in extra_keys:
         vals = [r["extra"].get(key) for r in rows]
@@ -148,8 +200,9 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
             m[key] = proportion(vals)
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals):
             m[key] = mean(float(v) for v in vals)
-    if rules.primary_metric == "em" and "em" not in m:
-        m["em"] = proportion(bool(r.get("won", False)) for r in rows)
+    primary = next((s for s in rules.declared if s.name == rules.primary_metric), None)
+    if primary is not None and primary.kind == "rate" and primary.name not in m:
+        m[primary.name] = proportion(bool(r.get("won", False)) for r in rows)  # episodes without the value
 
     # Success per task type (ALFWorld) and per distribution.
     by_type: dict[str, list[bool]] = defaultdict(list)
@@ -165,22 +218,23 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
             by_dist["out_of_distribution"].append(won)
     for t, flags in sorted(by_type.items()):
         m[f"success/{t}"] = proportion(flags)
-    # The primary metric on the episodes whose task training could have answered from memory and on the
-    # rest, where every episode carries the env's boolean ``overlap`` flag (QA train/test overlap).
-    flags_ov = [r["extra"].get("overlap") for r in rows]
-    if flags_ov and all(isinstance(v, bool) for v in flags_ov):
-        key = "em" if rules.primary_metric == "em" else "success"
-        for part, want in (("overlap", True), ("no_overlap", False)):
-            sub = [r for r, v in zip(rows, flags_ov) if v is want]
+    # The primary metric on the two halves of a declared flag (QA: the episodes whose task overlaps the
+    # train split, which training could answer from memory, and the rest), where every episode has it.
+    for spec in rules.declared:
+        if spec.parts is None:
+            continue
+        flags = [spec.value(r) for r in rows]
+        if not flags or not all(isinstance(v, bool) for v in flags):
+            continue
+        for name, want in zip(spec.part_names(rules.primary_metric), (True, False)):
+            sub = [r for r, v in zip(rows, flags) if v is want]
             if sub:
-                m[f"{key}/{part}"] = (proportion(float(r["extra"].get("em", r.get("won", False))) >= 0.5 for r in sub)
-                                      if key == "em" else proportion(_won(r, rules) for r in sub))
+                m[name] = _primary_on(sub, rules)
     for d, flags in sorted(by_dist.items()):
         m[f"success_{d}"] = proportion(flags)
 
-    m["search_count"] = mean(float(r.get("search_count", 0)) for r in rows)
-    m["turns"] = mean(float(r.get("turns", 0)) for r in rows)
-    m["valid_ratio"] = mean(float(r["valid_ratio"]) for r in rows)
+    for spec in _COMMON_LAST:
+        m[spec.name] = _declared(spec, rows)  # type: ignore[assignment]
     return m
 
 

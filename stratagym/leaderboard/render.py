@@ -22,16 +22,10 @@ from typing import Any, Iterable, Sequence
 
 from stratagym.atomic import atomic_write, atomic_write_with
 from stratagym.paths import slug
-from stratagym.eval.aggregate import higher_is_better, primary_metric
+from stratagym.eval.aggregate import higher_is_better, metric_order, primary_metric
 
 __all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison",
            "split_comparisons"]
-
-#: Metrics shown next to the primary one when present (in this order).
-SECONDARY = ("success", "webshop_score", "score", "em", "f1", "substring_em", "overlap", "em/overlap", "em/no_overlap",
-             "success/overlap", "success/no_overlap", "success_in_distribution", "success_out_of_distribution",
-             "search_count", "turns", "valid_ratio")
-
 
 class BoardTable:
     """The rows of one (env, split, protocol) board in rank order, ready to render.
@@ -58,7 +52,7 @@ class BoardTable:
 
 def _spec_columns(env: str) -> tuple[str, ...]:
     """The secondary metrics ``env``'s spec puts on the Markdown board (none known: the first three of
-    :data:`SECONDARY` that a row has)."""
+    :func:`~stratagym.eval.aggregate.metric_order` that a row has)."""
     from stratagym.envs.registry import get_spec
 
     try:
@@ -97,8 +91,9 @@ def board_tables(lb: Any) -> list[BoardTable]:
         protocols = {rec.get("record_id"): protocol_for(rec) for rec in recs}
         metric_cols = [c for c in wide.columns if not c.endswith(("_ci_low", "_ci_high", "_seed_std"))
                        and c not in _IDENTITY_COLUMNS and c != metric]
-        present = [m for m in SECONDARY if m in metric_cols]
-        extra = present + sorted(c for c in metric_cols if c not in SECONDARY)
+        placed = metric_order(env)  # the common metrics and the env's declared ones (EnvSpec.metrics)
+        present = [m for m in placed if m in metric_cols]
+        extra = present + sorted(c for c in metric_cols if c not in placed)
         chosen = [c for c in _spec_columns(env) if c in extra] or present[:3]
         rows = []
         for _, r in ranked.iterrows():
@@ -129,7 +124,7 @@ def board_tables(lb: Any) -> list[BoardTable]:
         # the main table first: measured before recomputed before legacy, then the most rows, then the hash
         order = sorted(groups, key=lambda fp: (_SOURCE_ORDER.get(protocols[groups[fp][0]["record_id_full"]]["source"], 3),
                                                 -len(groups[fp]), fp))
-        asc = not higher_is_better(metric)
+        asc = not higher_is_better(metric, env)
         first = protocols[groups[order[0]][0]["record_id_full"]] if order else None
         for i, fp in enumerate(order):
             proto = protocols[groups[fp][0]["record_id_full"]]
@@ -245,7 +240,7 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
     for i, t in enumerate(tables):
         if t.env in comparisons and (i == 0 or tables[i - 1].env != t.env):
             out += _md_comparison(comparisons[t.env])
-        direction = "higher is better" if higher_is_better(t.metric) else "lower is better"
+        direction = "higher is better" if higher_is_better(t.metric, t.env) else "lower is better"
         out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`" + ("" if t.main else " — another protocol"), "",
                 f"Ranked by **{_md_escape(t.metric)}** ({direction}). {_md_protocol(t)}", ""]
         data_col = ["data"] if t.show_data else []

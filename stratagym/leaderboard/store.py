@@ -321,7 +321,7 @@ class Leaderboard:
         df = df[df["metric"] == metric].copy()
         if df.empty:
             return df.assign(rank=[])
-        asc = not higher_is_better(metric)
+        asc = not higher_is_better(metric, env)
         df = df.sort_values(["value", "ci_low", "id"], ascending=[asc, asc, True], kind="mergesort")
         df["rank"] = df["value"].rank(method="min", ascending=asc).astype(int)
         cols = ["rank", "agent", "algorithm", "value", "ci_low", "ci_high", "n", "seed_mean", "seed_std", "n_seeds",

@@ -3,6 +3,7 @@ building, a Search-R1-compatible retrieval server, the ``stratagym/SearchQA-v0``
 agents. Import-light: only the registry is imported here; everything else loads when used.
 """
 
+from stratagym.envs.metric_spec import MetricSpec
 from stratagym.envs.registry import EnvSpec
 
 ENV_SPECS = [
@@ -18,6 +19,10 @@ ENV_SPECS = [
         prompt_template="search_r1",
         primary_metric="em",
         record_info_keys=("f1", "em", "substring_em", "answer", "overlap"),
+        # exact match, token F1 and substring EM of the final answer; the share of questions that overlap
+        # the train split, and EM on the overlapping questions and on the rest (em/overlap, em/no_overlap)
+        metrics=(MetricSpec("em", "rate"), MetricSpec("f1", "mean"), MetricSpec("substring_em", "rate"),
+                 MetricSpec("overlap", "rate", parts=("overlap", "no_overlap"))),
         # the protocol fingerprint (docs/protocol.md): bump behaviour_version with every change to what
         # the env does; paths are compared by the content protocol_data() hashes
         behaviour_version=1,

@@ -11,6 +11,7 @@ search with BM25 (bm25s by default, Pyserini/Lucene selectable) and WebShop's re
 
 from __future__ import annotations
 
+from stratagym.envs.metric_spec import MetricSpec
 from stratagym.envs.registry import EnvSpec
 
 #: What the rest of stratagym knows about both WebShop envs (see EnvSpec): a search tool, listed
@@ -22,6 +23,8 @@ _COMMON = dict(
     primary_metric="webshop_score",
     success_from_score=True,
     record_info_keys=("reward_breakdown",),
+    # WebShop's "score" in the paper: the mean reward x 100
+    metrics=(MetricSpec("webshop_score", "mean", field="total_reward", scale=100.0),),
     behaviour_version=1,  # bump with every change to what the env does (docs/protocol.md)
     data_kwargs=("data_dir", "items_path", "attrs_path", "human_ins_path", "reviews_path", "index_dir"),
     reward="webshop_reward (WebShop's get_reward: attributes, options, type, price)",
