@@ -27,6 +27,7 @@ import torch
 
 from stratagym.algorithms.advantages import gae
 from stratagym.algorithms.losses import policy_loss, value_loss
+from stratagym.training.diagnostics import advantage_diagnostics
 from stratagym.training.distributed import (
     bare_model,
     borrow_payload,
@@ -153,6 +154,7 @@ class TrainerUpdate:
         adv_rows = estimate_advantages(self.estimator, rows)
         adv = adv_rows[sample_row] if len(samples) else torch.zeros(0)
         metrics.update(advantage_metrics(adv))
+        metrics.update(advantage_diagnostics(rows, adv_rows))  # tied groups, per stratum, group sizes per level
         metrics.update(self.estimator.metrics())  # the estimator's own diagnostics (HA-DW's anchor)
         payloads = [s.payload for s in samples]
         n = len(payloads)
