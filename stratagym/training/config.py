@@ -34,6 +34,7 @@ __all__ = [
     "RolloutConfig",
     "AlgorithmConfig",
     "LossConfig",
+    "OffPolicyConfig",
     "OptimConfig",
     "CriticConfig",
     "TrainConfig",
@@ -110,6 +111,33 @@ class AlgorithmConfig:
 
 
 @dataclass
+class OffPolicyConfig:
+    """Off-policy correction of the policy loss (:mod:`stratagym.algorithms.off_policy`), off by default.
+
+    The sampling log-probs the backends record are the behaviour policy; ``tis`` (``token`` |
+    ``sequence``) multiplies each token's loss by the truncated ratio ``min(pi_old / mu, tis_cap)``;
+    ``mis`` (``token`` | ``sequence`` | ``geometric``) drops tokens or whole sequences whose ratio leaves
+    ``[mis_low, mis_high]`` (``mis_low`` unset: ``1 / mis_high``). Needed when rollouts are stale
+    (``rollout.max_staleness`` > 0) or the sampler's numerics differ from the trainer's (vLLM)."""
+
+    tis: Optional[str] = None
+    tis_cap: float = 2.0
+    mis: Optional[str] = None
+    mis_high: float = 2.0
+    mis_low: Optional[float] = None
+
+    def correction(self) -> Any:
+        """The validated :class:`~stratagym.algorithms.off_policy.OffPolicyCorrection`; a bad value is a
+        ConfigError naming the ``loss.off_policy`` key."""
+        from stratagym.algorithms.off_policy import OffPolicyCorrection
+
+        try:
+            return OffPolicyCorrection(self.tis, self.tis_cap, self.mis, self.mis_high, self.mis_low)
+        except ValueError as exc:
+            raise ConfigError(f"loss.off_policy: {exc}") from None
+
+
+@dataclass
 class LossConfig:
     """Arguments of :func:`stratagym.algorithms.losses.policy_loss` (see its docstring).
 
@@ -117,7 +145,8 @@ class LossConfig:
     ``gpg``, ``clip_cov``, ``kl_cov``, ``dppo_tv``, ``dppo_kl``; ``list_policy_losses()``);
     ``options``: its own options (e.g. ``{tau_neg: 1.1}`` for ``sapo``).  ``clip_low`` /
     ``clip_high`` / ``clip_c`` go to the losses that declare them; ``ratio_level: sequence`` is the
-    older spelling of ``name: gspo``.  The rest are shared by every loss."""
+    older spelling of ``name: gspo``.  The rest are shared by every loss; ``off_policy`` is the
+    importance correction of stale or mismatched samples (:class:`OffPolicyConfig`)."""
 
     name: str = "vanilla"
     options: dict[str, Any] = field(default_factory=dict)
@@ -131,6 +160,7 @@ class LossConfig:
     kl_type: str = "k3"
     kl_is_correction: bool = False
     entropy_coef: float = 0.0
+    off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
 
     def loss_name(self) -> str:
         return "gspo" if self.ratio_level == "sequence" else self.name
@@ -264,6 +294,7 @@ class RecipeConfig:
         get_policy_loss(self.loss.loss_name(), **self.loss.loss_options())  # ConfigError naming the valid ones
         if self.loss.clip_c is not None and self.loss.clip_c <= 1:
             raise ConfigError(f"loss.clip_c (dual clip) must be > 1, got {self.loss.clip_c}")
+        self.loss.off_policy.correction()  # ConfigError naming the bad loss.off_policy key
         if self.loss.kl_coef < 0:
             raise ConfigError(f"loss.kl_coef must be >= 0, got {self.loss.kl_coef}")
         if self.optim.lr <= 0:

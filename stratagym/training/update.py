@@ -276,14 +276,38 @@ class TrainerUpdate:
         old_lp = padded(data.old) if data.old is not None else lp.detach()
         ref_lp = padded(data.ref) if data.ref is not None else None
         a = data.advantages[chunk].to(dev)
+        weights, is_stats = self._off_policy_weights(old_lp, res.sampling_logprobs, mask)
         loss, stats = policy_loss(
             lp, old_lp, a, mask, loss=self.loss_fn, agg=lc.agg, loss_scale_factor=lc.loss_scale_factor,
             ref_logprob=ref_lp, kl_coef=lc.kl_coef, kl_type=lc.kl_type, kl_is_correction=lc.kl_is_correction,
             entropy=res.entropy.float() if res.entropy is not None else None, entropy_coef=lc.entropy_coef,
+            weights=weights,
         )
+        stats.update(is_stats)
         share = loss_share(self.loss_fn, lc.agg, len(chunk), float(mask.sum()), tokens_mb, rows_mb,
                            self.accelerator.num_processes)
         return loss, stats, share
+
+    def _off_policy_weights(self, old_lp: torch.Tensor, sampled: Optional[torch.Tensor],
+                            mask: torch.Tensor) -> tuple[Optional[torch.Tensor], dict[str, float]]:
+        """``loss.off_policy``'s importance weights of one micro-batch (``pi_old`` over the sampler's
+        log-probs, :func:`~stratagym.algorithms.off_policy.importance_weights`) and their statistics,
+        logged as ``loss/is_*``, ``loss/tis_*``, ``loss/mis_*``; ``(None, {})`` when the correction is off."""
+        from stratagym.algorithms.off_policy import importance_weights
+        from stratagym.errors import ConfigError
+
+        correction = self.config.loss.off_policy.correction()
+        if not correction.enabled:
+            return None, {}
+        if sampled is None:
+            raise ConfigError(f"loss.off_policy needs the sampler's log-probs, but {type(self.policy).__name__} does "
+                              "not record them (sequence_log_probs returns no sampling_logprobs); turn it off "
+                              "(loss.off_policy.tis / mis: null) or use an LLM policy")
+        T = old_lp.shape[1]
+        mu = sampled.float().to(old_lp.device)
+        if mu.shape[1] < T:
+            mu = torch.nn.functional.pad(mu, (0, T - mu.shape[1]))
+        return importance_weights(old_lp, mu[:, :T], mask, correction)
 
     def _micro_value_loss(self, chunk: list[int], data: UpdateData) -> tuple[torch.Tensor, dict[str, float]]:
         """PPO's clipped value loss on one micro-batch (one value per turn: ``(n, 1)`` with a full mask)."""
