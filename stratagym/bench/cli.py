@@ -121,6 +121,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                                              "-P 'vllm={max_model_len: 1024}' -P memory_k=4."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Record path (one env) or folder (several). Default runs/eval/."),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue a killed eval from its progress file."),
+        transcripts: bool = typer.Option(True, "--transcripts/--no-transcripts", help="Keep each episode's turns in the "
+                                         "progress file (<out>.progress.jsonl) for `stratagym leaderboard site`."),
         label: Optional[str] = typer.Option(None, help="Display name on the leaderboard."),
         algorithm: Optional[str] = typer.Option(None, help="The algorithm that trained the agent (for the leaderboard)."),
         submit: bool = typer.Option(False, "--submit", help="Submit the record(s) to the leaderboard."),
@@ -163,7 +165,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                     batch_size=batch_size, env_kwargs={**e.env_kwargs, **parse_env_args(env_arg)}, max_steps=max_steps or e.max_steps,
                     label=label, algorithm=algorithm, agent_options=parse_env_args(policy_arg, flag="--policy-arg"),
                 )
-                record = evaluate(cfg, out=target, resume=resume, progress=not quiet)
+                record = evaluate(cfg, out=target, resume=resume, progress=not quiet, transcripts=transcripts)
                 records.append(record)
                 console.print(f"[green]wrote[/green] {esc(target)}")
         except (AgentSpecError, EvalError, SuiteError) as exc:

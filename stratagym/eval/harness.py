@@ -10,7 +10,9 @@ first line is a header holding a hash of the eval's identity (agent content, env
 seeds); a rerun with the same identity skips every (seed, task) already in the file and appends only the
 rest, so no task is done twice and none is duplicated. A torn last line (killed mid-write) is cut off
 before appending. The final record is written atomically; the progress file stays as an audit log.
-Batch size is not part of the identity: a resumed eval may use another.
+Batch size is not part of the identity: a resumed eval may use another. Each episode line also carries
+the episode's turns (observations, responses, actions, rewards: :mod:`stratagym.eval.transcripts`), which
+``stratagym leaderboard site`` shows; the record keeps outcomes only.
 
 Determinism: tasks are the first ``n`` of the split in the env's order; episode ``(seed, task)`` resets
 with ``seed`` and ``options={"task_id": task}``; the agent is built with that seed. An uninterrupted
@@ -20,7 +22,6 @@ may differ from an uninterrupted run on those tasks (scripted oracles do not).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -35,6 +36,7 @@ from stratagym.eval.agents import AgentSpec, AgentSpecError, build_agent, parse_
 from stratagym.eval.aggregate import aggregate
 from stratagym.envs.hints import env_kwarg_message, unknown_env_message
 from stratagym.eval.episodes import EpisodeRecord
+from stratagym.eval.transcripts import eval_identity_hash, transcript_of
 from stratagym.training.rollout import InProcessPool, play
 from stratagym.envs.fingerprint import protocol_of
 from stratagym.eval.records import (
@@ -121,7 +123,7 @@ class _ProgressLog:
 
     def __init__(self, path: Path, identity: dict[str, Any], *, resume: bool):
         self.path = path
-        self.identity_hash = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+        self.identity_hash = eval_identity_hash(identity)
         self.done: dict[tuple[int, str], dict[str, Any]] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
         # A file without one complete line (empty, or a torn header) is what a kill between creating the
@@ -152,12 +154,15 @@ class _ProgressLog:
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
-    def add(self, seed: int, episode: dict[str, Any]) -> None:
+    def add(self, seed: int, episode: dict[str, Any], transcript: Mapping[str, Any] | None = None) -> None:
+        """Log a finished episode; ``transcript`` (its turns, :mod:`stratagym.eval.transcripts`) rides on the
+        same line beside the outcome, which is all a resumed eval reads back."""
         key = (int(seed), str(episode["task_id"]))
         if key in self.done:
             return
         self.done[key] = episode
-        self._write({"type": "episode", "key": list(key), "session": self.session, "episode": episode})
+        self._write({"type": "episode", "key": list(key), "session": self.session, "episode": episode,
+                     **(dict(transcript) if transcript is not None else {})})
 
     def close(self) -> None:
         self._fh.close()
@@ -240,13 +245,16 @@ def evaluate(
     resume: bool = True,
     progress: bool | Callable[[int, int], None] = True,
     agent_factory: Callable[[int], Any] | None = None,
+    transcripts: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``config.agent`` on ``config.env_id`` and return the result record (a dict).
 
     With ``out``, the record is written there (atomically) and progress is kept in
     ``<out>.progress.jsonl`` so a killed eval resumes (``resume=True``). ``progress`` is True for a
     tqdm bar on stderr, False for none, or a callback ``(done, total)``. ``agent_factory(seed)``
-    overrides how agents are built (the trainer passes its in-memory policy this way).
+    overrides how agents are built (the trainer passes its in-memory policy this way). ``transcripts``:
+    keep each episode's turns in the progress file (for ``stratagym leaderboard site``); the record is the
+    same either way.
     """
     spec = _spec_for(config.agent, custom_factory=agent_factory is not None)
     seeds = [int(s) for s in config.seeds]
@@ -341,7 +349,7 @@ def evaluate(
                 ep["seed"] = _seed
                 done[(_seed, ep["task_id"])] = ep
                 if log is not None:
-                    log.add(_seed, ep)
+                    log.add(_seed, ep, transcript_of(traj) if transcripts else None)
                 report()
 
             play(policy, [(t, seed) for t in pending], pool=InProcessPool.from_envs(envs),

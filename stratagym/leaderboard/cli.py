@@ -1,4 +1,4 @@
-"""``stratagym leaderboard submit | show | render | diff``."""
+"""``stratagym leaderboard submit | show | render | rebuild | site | diff``."""
 
 from __future__ import annotations
 
@@ -119,27 +119,58 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from rich.console import Console
 
         from stratagym.display import esc
-        from stratagym.errors import UserError
-        from stratagym.eval.records import RecordError, load_record
         from stratagym.leaderboard.render import render_board
-        from stratagym.leaderboard.store import Leaderboard, SubmissionError
 
-        files = sorted(records.glob("*.json")) if records.is_dir() else []
-        if not files:
-            raise UserError(f"no record files (*.json) in {records}; give --records FOLDER")
         console = Console(soft_wrap=True)
-        refused = 0
         with tempfile.TemporaryDirectory() as tmp:
-            lb = Leaderboard(Path(tmp) / "board.db")
-            for path in files:
-                try:
-                    lb.submit(load_record(path))
-                except (RecordError, SubmissionError) as exc:
-                    refused += 1
-                    console.print(f"[red]not on the board[/red] {esc(path)}: {esc(exc)}")
-            paths = render_board(lb, out_dir, plots=plots)
-            lb.close()
-        console.print(f"rendered {len(files) - refused} record(s) into {esc(paths['markdown'])} and {esc(paths['html'])}")
+            lb, refused = _store_from_records(records, Path(tmp) / "board.db", console)
+            try:
+                paths = render_board(lb, out_dir, plots=plots)
+            finally:
+                lb.close()
+        console.print(f"rendered {len(_record_files(records)) - refused} record(s) into {esc(paths['markdown'])} and {esc(paths['html'])}")
+        raise typer.Exit(1 if refused else 0)
+
+    @lb_app.command("site")
+    def site(
+        out: Path = typer.Argument(..., help="Folder for the site (index.html, records/*.html); an earlier site there is replaced."),
+        records: Path = typer.Option(Path("leaderboard") / "records", "--records", help="Folder of record JSON files "
+                                     "(the board's source), read through a fresh temporary store."),
+        board: Optional[str] = typer.Option(None, "--board", help="Read this store instead of --records. " + _BOARD_HELP),
+        transcripts: list[Path] = typer.Option([], "--transcripts", "-t", help="Folder searched (recursively) for eval "
+                                               "progress files (*.progress.jsonl) holding episode transcripts; repeatable "
+                                               "(e.g. runs/). Matched to records by the eval's identity."),
+    ) -> None:
+        """Write a static site (opens from disk, no server): the board's tables, narrow, and per record its
+        episodes, filterable, each with its transcript where an eval's progress file has one."""
+        import tempfile
+
+        from rich.console import Console
+
+        from stratagym.display import esc
+        from stratagym.errors import UserError
+        from stratagym.eval.transcripts import find_transcripts
+        from stratagym.leaderboard.site import build_site
+        from stratagym.leaderboard.store import Leaderboard
+
+        console = Console(soft_wrap=True)
+        missing = [p for p in transcripts if not p.is_dir()]
+        if missing:
+            raise UserError(f"--transcripts {missing[0]} is not a folder; give the folder holding the evals' "
+                            "*.progress.jsonl files (e.g. runs/)")
+        with tempfile.TemporaryDirectory() as tmp:
+            if board is not None:
+                lb = Leaderboard(board)
+                refused = 0
+            else:
+                lb, refused = _store_from_records(records, Path(tmp) / "board.db", console)
+            try:
+                found = find_transcripts(transcripts, lb.records()) if transcripts else {}
+                result = build_site(lb, out, transcripts=found)
+            finally:
+                lb.close()
+        console.print(f"wrote {esc(result['index'])}: {result['records']} record page(s), "
+                      f"{result['transcribed_episodes']} episode(s) with a transcript")
         raise typer.Exit(1 if refused else 0)
 
     @lb_app.command("diff")
@@ -169,6 +200,33 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         for r in reasons:
             console.print(f"  {esc(r)}")
         raise typer.Exit(1)
+
+
+def _record_files(records: Path) -> list[Path]:
+    """The record files of a records folder, in name order."""
+    return sorted(records.glob("*.json")) if records.is_dir() else []
+
+
+def _store_from_records(records: Path, db: Path, console: object) -> tuple[object, int]:
+    """A fresh store at ``db`` holding every record of the folder ``records``, and how many were refused
+    (each printed with its reason); a folder without records is a user error."""
+    from stratagym.display import esc
+    from stratagym.errors import UserError
+    from stratagym.eval.records import RecordError, load_record
+    from stratagym.leaderboard.store import Leaderboard, SubmissionError
+
+    files = _record_files(records)
+    if not files:
+        raise UserError(f"no record files (*.json) in {records}; give --records FOLDER")
+    lb = Leaderboard(db)
+    refused = 0
+    for path in files:
+        try:
+            lb.submit(load_record(path))
+        except (RecordError, SubmissionError) as exc:
+            refused += 1
+            console.print(f"[red]not on the board[/red] {esc(path)}: {esc(exc)}")  # type: ignore[attr-defined]
+    return lb, refused
 
 
 def _find_record(ref: str, board: Optional[str]) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from stratagym.eval.transcripts import record_task_ids  # re-exported: the board's readers import it from here
 from stratagym.envs.fingerprint import (
     LEGACY,
     PROTOCOL_FIELDS,
@@ -23,16 +24,6 @@ from stratagym.envs.fingerprint import (
 )
 
 __all__ = ["protocol_for", "protocol_problems", "record_task_ids", "compare_records"]
-
-
-def record_task_ids(record: Mapping[str, Any]) -> list[str]:
-    """The task ids a record evaluated, in order (its episodes of the first seed; the harness writes
-    episodes seed by seed, tasks in order within each)."""
-    episodes = [e for e in record.get("episodes") or [] if isinstance(e, Mapping)]
-    seeds = record.get("seeds") or []
-    first = seeds[0] if seeds else None
-    ids = [str(e.get("task_id")) for e in episodes if e.get("seed", first) == first]
-    return ids or list(dict.fromkeys(str(e.get("task_id")) for e in episodes))
 
 
 def _spec(env_id: Any) -> Any:

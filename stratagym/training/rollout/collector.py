@@ -116,9 +116,11 @@ class RolloutCollector:
                     context=[int(h) for h in before.get("context_hashes", [])],
                     search_count=int(info.get("search_count", 0)),
                     info={key: v for key, v in info.items() if key not in DROP_INFO},
+                    observation=obs[k],
                 ))
                 history[k].append(Turn(obs[k], g.action))
                 obs[k], infos[k] = o, info
+                trajs[k].final_observation = o
                 if term or trunc:
                     trajs[k].terminated, trajs[k].truncated = bool(term), bool(trunc)
                     trajs[k].won, trajs[k].score = bool(info.get("won", False)), float(info.get("score", 0.0))

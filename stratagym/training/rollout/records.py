@@ -29,6 +29,7 @@ class StepRecord:
     search_count: int  # after the step
     info: dict[str, Any]  # info after the step (without admissible_actions)
     shaped_reward: Optional[float] = None  # reward after the trainer's shaping
+    observation: Optional[str] = None  # the observation the action was taken in (transcripts; shared, not copied)
 
     @property
     def train_reward(self) -> float:
@@ -51,6 +52,7 @@ class Trajectory:
     won: bool = False
     score: float = 0.0
     baseline: Optional["Trajectory"] = None  # ReMax: the task's greedy episode (collect(baseline=True))
+    final_observation: Optional[str] = None  # what the env answered the last action with (transcripts)
 
     @property
     def env_return(self) -> float:
