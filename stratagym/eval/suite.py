@@ -26,7 +26,9 @@ A suite (see ``suites/quick.yaml``)::
 A trained (algorithm, env) becomes ONE leaderboard record: the policy of each training seed is evaluated
 greedily on the eval entry's tasks (record ``seeds`` = training seeds), so the board shows the seed spread.
 
-Loaded with ``yaml.safe_load`` and checked here, so a typo fails before hours of training.
+Loaded with ``yaml.safe_load`` and checked here, so a typo fails before hours of training: the fields and
+the arms (``algorithms``: estimator names and options checked against the registry) by the schema suites
+share with studies (:mod:`stratagym.eval.schema`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from stratagym.errors import UserError
+from stratagym.eval.schema import CHECKS, Arm, arms_from, check_keys, check_values
 
-__all__ = ["EvalEntry", "AlgorithmEntry", "Baseline", "TrainSection", "Suite", "SuiteError", "load_suite"]
+__all__ = ["EvalEntry", "AlgorithmEntry", "Arm", "Baseline", "TrainSection", "Suite", "SuiteError", "load_suite"]
 
 
 class SuiteError(UserError, ValueError):
@@ -54,16 +57,8 @@ class EvalEntry:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class AlgorithmEntry:
-    """One trained arm: a display ``label``, an estimator registry name and options, recipe overrides."""
-
-    label: str
-    estimator: str
-    estimator_kwargs: dict[str, Any] = field(default_factory=dict)
-    recipe: dict[str, Any] = field(default_factory=dict)
-    #: training env kwargs of this arm (e.g. HGPO's K is the env's ``context_k``)
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+#: One trained arm (the schema suites and studies share: :class:`stratagym.eval.schema.Arm`).
+AlgorithmEntry = Arm
 
 
 @dataclass(frozen=True)
@@ -110,9 +105,10 @@ class Suite:
 
 
 _TOP = {"name", "description", "seeds", "batch_size", "evals", "baselines", "train"}
-_EVAL = {"env", "split", "n", "max_steps", "env_kwargs"}
+#: an eval entry's fields and their rules (the schema's CHECKS, shared with studies)
+_EVAL = {"env": CHECKS["text"], "split": CHECKS["optional_text"], "n": CHECKS["optional_positive_int"],
+         "max_steps": CHECKS["optional_positive_int"], "env_kwargs": CHECKS["mapping"]}
 _TRAIN = {"algorithms", "envs", "config", "env_kwargs", "seeds"}
-_ALG = {"label", "estimator", "estimator_kwargs", "recipe", "env_kwargs"}
 _BASELINE = {"agent", "envs", "label"}
 
 
@@ -158,10 +154,8 @@ def _baselines(value: Any, where: str, eval_envs: set[str]) -> tuple[Baseline, .
     return tuple(out)
 
 
-def _unknown(d: dict, allowed: set[str], where: str) -> None:
-    extra = sorted(set(d) - allowed)
-    if extra:
-        raise SuiteError(f"{where}: unknown field(s) {extra}; allowed: {sorted(allowed)}")
+def _unknown(d: dict, allowed: set[str] | dict[str, Any], where: str) -> None:
+    check_keys(d, allowed, where, error=SuiteError)
 
 
 def load_suite(path: str | os.PathLike[str]) -> Suite:
@@ -188,13 +182,9 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
         if not isinstance(e, dict) or not isinstance(e.get("env"), str):
             raise SuiteError(f"{where} must be an env id or a mapping with 'env'")
         _unknown(e, _EVAL, where)
-        n = e.get("n")
-        if n is not None and (not isinstance(n, int) or n < 1):
-            raise SuiteError(f"{where}.n must be a positive integer, got {n!r}")
-        kwargs = e.get("env_kwargs") or {}
-        if not isinstance(kwargs, dict):
-            raise SuiteError(f"{where}.env_kwargs must be a mapping")
-        evals.append(EvalEntry(env=e["env"], split=e.get("split"), n=n, max_steps=e.get("max_steps"), env_kwargs=kwargs))
+        check_values({**e, "env_kwargs": e.get("env_kwargs") or {}}, _EVAL, where, error=SuiteError)
+        evals.append(EvalEntry(env=e["env"], split=e.get("split"), n=e.get("n"), max_steps=e.get("max_steps"),
+                               env_kwargs=e.get("env_kwargs") or {}))
     if not evals:
         raise SuiteError(f"{p}: 'evals' lists no env")
     eval_envs = {e.env for e in evals}
@@ -219,32 +209,11 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
     )
 
 
-def _algorithm(a: Any, where: str) -> AlgorithmEntry:
-    if isinstance(a, str) and a:
-        return AlgorithmEntry(label=a, estimator=a)
-    if not isinstance(a, dict) or not isinstance(a.get("estimator"), str):
-        raise SuiteError(f"{where} must be an estimator name or a mapping with 'estimator' (and label, estimator_kwargs, recipe)")
-    _unknown(a, _ALG, where)
-    kwargs, recipe, env_kwargs = a.get("estimator_kwargs") or {}, a.get("recipe") or {}, a.get("env_kwargs") or {}
-    if not all(isinstance(x, dict) for x in (kwargs, recipe, env_kwargs)):
-        raise SuiteError(f"{where}: estimator_kwargs, recipe and env_kwargs must be mappings")
-    if "env" in recipe:
-        raise SuiteError(f"{where}.recipe may not set 'env' (the suite's envs are used)")
-    return AlgorithmEntry(label=str(a.get("label") or a["estimator"]), estimator=a["estimator"], estimator_kwargs=kwargs, recipe=recipe,
-                          env_kwargs=env_kwargs)
-
-
 def _train_section(t: Any, where: str, eval_envs: set[str]) -> TrainSection:
     if not isinstance(t, dict):
         raise SuiteError(f"{where} must be a mapping")
     _unknown(t, _TRAIN, where)
-    algs = t.get("algorithms") or []
-    if not isinstance(algs, list) or not algs:
-        raise SuiteError(f"{where}.algorithms must list at least one estimator")
-    entries = tuple(_algorithm(a, f"{where}.algorithms[{i}]") for i, a in enumerate(algs))
-    labels = [e.label for e in entries]
-    if len(set(labels)) != len(labels):
-        raise SuiteError(f"{where}.algorithms: labels must be distinct, got {labels}")
+    entries = arms_from(t.get("algorithms"), f"{where}.algorithms", recipe=True, error=SuiteError)
     envs = _strs(t.get("envs", []), f"{where}.envs") or tuple(sorted(eval_envs))
     missing = [e for e in envs if e not in eval_envs]
     if missing:

@@ -34,10 +34,12 @@ A study file (``suites/studies/context.yaml`` is a full one)::
     requires_env: false                  # check the env builds here before training (ALFWorld)
 
 The names are the suites' names for the same ideas (``env``, ``env_kwargs``, ``label``, ``estimator``,
-``estimator_kwargs``), so a study's method reads like a suite's algorithm entry. Files are read with
-``yaml.safe_load`` and checked field by field here (estimator names and options against the registry),
-so a typo fails with a :class:`~stratagym.errors.ConfigError` that names the file, the field and the
-valid choices, before any training.
+``estimator_kwargs``): a study's method is a suite's algorithm entry without ``recipe``, one
+:class:`~stratagym.eval.schema.Arm` checked by the one validator both share (:mod:`stratagym.eval.schema`;
+a bare estimator name is a method labelled by it). Files are read with ``yaml.safe_load`` and checked
+field by field (estimator names and options against the registry), so a typo fails with a
+:class:`~stratagym.errors.ConfigError` that names the file, the field and the valid choices, before any
+training.
 
 Results written before the studies were YAML name ``env`` ``env_id`` and ``estimator_kwargs``
 ``options`` in their ``results.json``; :func:`legacy_study_dict` maps them.
@@ -45,13 +47,13 @@ Results written before the studies were YAML name ``env`` ``env_id`` and ``estim
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from stratagym.errors import ConfigError
+from stratagym.eval.schema import CHECKS, Arm, Check, arms_from, check_keys, check_values
 from stratagym.paths import REPO_ROOT
 
 __all__ = [
@@ -66,15 +68,10 @@ STUDY_DIR = REPO_ROOT / "suites" / "studies"
 RESULTS_DIR = Path("studies")
 
 
-@dataclass(frozen=True)
-class Method:
-    """One arm of a comparison: a label, an estimator (registry name + options) and this arm's env
-    kwargs (HGPO's K is the env's ``context_k``: how many history levels it reports)."""
-
-    label: str
-    estimator: str
-    estimator_kwargs: dict[str, Any] = field(default_factory=dict)
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+#: One arm of a comparison (the schema studies share with bench suites: :class:`stratagym.eval.schema.Arm`,
+#: without ``recipe``): a label, an estimator (registry name + options) and this arm's env kwargs (HGPO's K
+#: is the env's ``context_k``: how many history levels it reports).
+Method = Arm
 
 
 @dataclass(frozen=True)
@@ -108,7 +105,7 @@ class Study:
     def to_dict(self) -> dict[str, Any]:
         """The definition as plain data (``results.json``'s ``study``): the YAML file's fields."""
         d = asdict(self)
-        d["methods"] = [asdict(m) for m in self.methods]
+        d["methods"] = [{k: v for k, v in asdict(m).items() if k != "recipe"} for m in self.methods]
         return d
 
     def with_overrides(self, **kw: Any) -> "Study":
@@ -119,100 +116,19 @@ class Study:
 
 # ---- checking a file --------------------------------------------------------------------------------
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _positive_int(v: Any) -> str | None:
-    return None if _is_int(v) and v >= 1 else "a positive integer"
-
-
-def _natural(v: Any) -> str | None:
-    return None if _is_int(v) and v >= 0 else "an integer >= 0"
-
-
-def _optional_positive_int(v: Any) -> str | None:
-    return None if v is None else _positive_int(v)
-
-
-def _positive_float(v: Any) -> str | None:
-    ok = (isinstance(v, float) or _is_int(v)) and math.isfinite(v) and v > 0
-    return None if ok else "a positive number"
-
-
-def _text(v: Any) -> str | None:
-    return None if isinstance(v, str) and v.strip() else "a non-empty string"
-
-
-def _optional_text(v: Any) -> str | None:
-    return None if v is None or isinstance(v, str) else "a string or null"
-
-
-def _any_text(v: Any) -> str | None:
-    return None if isinstance(v, str) else "a string"
-
-
-def _bool(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "true or false"
-
-
-def _mapping(v: Any) -> str | None:
-    return None if isinstance(v, dict) and all(isinstance(k, str) for k in v) else "a mapping with string keys"
-
-
-def _texts(v: Any) -> str | None:
-    ok = isinstance(v, list) and all(isinstance(x, str) and x for x in v)
-    return None if ok else "a list of strings"
-
-
-#: Every top-level field but ``methods``: its check (None = fine, else what it must be).
-_CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "name": _text, "title": _text, "claim": _text, "prediction": _any_text, "env": _text,
-    "env_kwargs": _mapping, "n_seeds": _positive_int, "iterations": _positive_int,
-    "tasks_per_iteration": _positive_int, "group_size": _positive_int, "lr": _positive_float,
-    "hidden": _positive_int, "memory": _natural, "eval_every": _positive_int,
-    "eval_episodes_per_task": _positive_int, "final_episodes_per_task": _positive_int,
-    "eval_tasks": _optional_positive_int, "track": _texts, "split_by": _optional_text,
-    "requires_env": _bool, "compare_to": _texts, "extra_metrics": _texts,
+#: Every top-level field but ``methods`` and its rule (:data:`stratagym.eval.schema.CHECKS`, shared with suites).
+_RULES = {
+    "name": "text", "title": "text", "claim": "text", "prediction": "any_text", "env": "text",
+    "env_kwargs": "mapping", "n_seeds": "positive_int", "iterations": "positive_int",
+    "tasks_per_iteration": "positive_int", "group_size": "positive_int", "lr": "positive_float",
+    "hidden": "positive_int", "memory": "natural", "eval_every": "positive_int",
+    "eval_episodes_per_task": "positive_int", "final_episodes_per_task": "positive_int",
+    "eval_tasks": "optional_positive_int", "track": "texts", "split_by": "optional_text",
+    "requires_env": "bool", "compare_to": "texts", "extra_metrics": "texts",
 }
+_CHECKS: dict[str, Check] = {key: CHECKS[rule] for key, rule in _RULES.items()}
 _REQUIRED = ("title", "claim", "env", "methods")
-_METHOD_CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "label": _text, "estimator": _text, "estimator_kwargs": _mapping, "env_kwargs": _mapping,
-}
 assert set(_CHECKS) | {"methods"} == {f.name for f in fields(Study)}
-assert set(_METHOD_CHECKS) == {f.name for f in fields(Method)}
-
-
-def _unknown(data: dict[str, Any], valid: set[str], where: str) -> None:
-    extra = [k for k in data if k not in valid]
-    if extra:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, map(str, extra)))}; "
-                          f"valid keys: {', '.join(sorted(valid))}")
-
-
-def _method(raw: Any, where: str) -> Method:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} must be a mapping with 'label' and 'estimator' "
-                          f"(and estimator_kwargs, env_kwargs), got {raw!r}")
-    _unknown(raw, set(_METHOD_CHECKS), where)
-    raw = dict(raw)
-    if "estimator" not in raw:
-        raise ConfigError(f"{where}: missing 'estimator' (a registry name such as grpo)")
-    raw.setdefault("label", raw["estimator"])
-    for key, check in _METHOD_CHECKS.items():
-        if key in raw:
-            problem = check(raw[key])
-            if problem:
-                raise ConfigError(f"{where}.{key} must be {problem}, got {raw[key]!r}")
-    from stratagym.algorithms.registry import get_estimator
-
-    try:  # the same check the trainer makes, hours earlier
-        get_estimator(raw["estimator"], **raw.get("estimator_kwargs", {}))
-    except (ConfigError, TypeError, ValueError) as exc:  # names and options; bad values (a ValueError)
-        why = exc.args[0] if exc.args else exc
-        raise ConfigError(f"{where}: {why}") from None
-    return Method(label=raw["label"], estimator=raw["estimator"],
-                  estimator_kwargs=dict(raw.get("estimator_kwargs", {})), env_kwargs=dict(raw.get("env_kwargs", {})))
 
 
 def study_from_dict(data: Any, *, where: str, name: str | None = None) -> Study:
@@ -222,7 +138,7 @@ def study_from_dict(data: Any, *, where: str, name: str | None = None) -> Study:
     must equal (so ``stratagym study X`` always writes ``studies/X``)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a study is a mapping with at least {', '.join(_REQUIRED)}")
-    _unknown(data, set(_CHECKS) | {"methods"}, where)
+    check_keys(data, set(_CHECKS) | {"methods"}, where)
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise ConfigError(f"{where}: missing {', '.join(missing)}")
@@ -233,18 +149,9 @@ def study_from_dict(data: Any, *, where: str, name: str | None = None) -> Study:
         data.setdefault("name", name)
     elif "name" not in data:
         raise ConfigError(f"{where}: missing name")
-    for key, check in _CHECKS.items():
-        if key in data:
-            problem = check(data[key])
-            if problem:
-                raise ConfigError(f"{where}: {key} must be {problem}, got {data[key]!r}")
-    raw_methods = data.pop("methods")
-    if not isinstance(raw_methods, list) or not raw_methods:
-        raise ConfigError(f"{where}: methods must be a non-empty list of mappings")
-    methods = tuple(_method(m, f"{where}: methods[{i}]") for i, m in enumerate(raw_methods))
+    check_values(data, _CHECKS, where)
+    methods = arms_from(data.pop("methods"), f"{where}: methods")  # the arms' schema, shared with suites
     labels = [m.label for m in methods]
-    if len(set(labels)) != len(labels):
-        raise ConfigError(f"{where}: method labels must be distinct, got {labels}")
     unknown_refs = [r for r in data.get("compare_to", []) if r not in labels]
     if unknown_refs:
         raise ConfigError(f"{where}: compare_to names {unknown_refs}, which are not methods; methods: {labels}")

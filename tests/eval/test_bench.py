@@ -107,7 +107,7 @@ def test_bench_trains_evaluates_submits_renders_and_resumes(tmp_path):
 def test_suite_errors_name_the_field(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("name: x\nevals: [{env: a/B-v0, nn: 3}]\n")
-    with pytest.raises(SuiteError, match=r"evals\[0\]: unknown field\(s\) \['nn'\]"):
+    with pytest.raises(SuiteError, match=r"evals\[0\]: unknown key\(s\) 'nn'; valid keys: env, env_kwargs, max_steps, n, split"):
         load_suite(p)
     p.write_text("evals: [a/B-v0]\ntrain: {envs: [c/D-v0], algorithms: [grpo]}\n")
     with pytest.raises(SuiteError, match="have no entry in 'evals'"):
@@ -157,5 +157,5 @@ def test_baselines_can_be_limited_to_envs_and_labelled(tmp_path):
     with pytest.raises(SuiteError, match="no eval entry lists"):
         load_suite(p)
     p.write_text("evals: [{env: a/B-v0}]\nbaselines: [{agent: ckpt/dir, env: a/B-v0}]\n")
-    with pytest.raises(SuiteError, match=r"unknown field\(s\) \['env'\]"):
+    with pytest.raises(SuiteError, match=r"unknown key\(s\) 'env'; valid keys: agent, envs, label"):
         load_suite(p)

@@ -126,7 +126,7 @@ def _write(tmp_path: Path, data: dict, name: str = "mine") -> Path:
         (lambda d: d["methods"][0].update(estimator="grpoo"), r"methods\[0\]: unknown estimator 'grpoo'; registered: "),
         (lambda d: d["methods"][1].update(estimator_kwargs={"gama": 0.9}),
          r"methods\[1\]: gigpo: unknown option\(s\) \['gama'\]; valid: \["),
-        (lambda d: d["methods"][1].update(label="GRPO"), r"method labels must be distinct"),
+        (lambda d: d["methods"][1].update(label="GRPO"), r"methods: labels must be distinct"),
         (lambda d: d.update(compare_to=["GIGPO"]), r"compare_to names \['GIGPO'\], which are not methods"),
         (lambda d: d.update(name="other"), r"name 'other' differs from the file name 'mine'"),
         (lambda d: d.pop("env"), r"missing env"),
