@@ -56,7 +56,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         board: Optional[str] = typer.Option(None, "--board", help=_BOARD_HELP),
         limit: int = typer.Option(20, help="Rows per board."),
     ) -> None:
-        """Print the ranking of every (env, split) board (or one) with 95% CIs.
+        """Print the rankings with 95% CIs: one table per (env, split, protocol fingerprint), as on the
+        rendered board, each after the first of its split saying how its protocol differs (``topk 1 vs 3``).
 
         On a terminal: rich tables; piped or logged: plain tables with every id whole (see
         :mod:`stratagym.display`). Scripted agents have no algorithm: shown as ``-``, as on the HTML board.
@@ -64,7 +65,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from rich.console import Console
 
         from stratagym.display import esc, print_table
-        from stratagym.eval.aggregate import primary_metric
+        from stratagym.leaderboard.render import protocol_text, board_tables
         from stratagym.leaderboard.store import Leaderboard
 
         console = Console(soft_wrap=True)  # a message is one line, also in logs
@@ -73,21 +74,22 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         if not boards:
             console.print(f"no results on {esc(lb.url)}" + (f" for {esc(env)} {esc(split or '')}" if env else ""))
             return
+        tables = board_tables(lb, rank_by=metric, boards=boards)
         for e, s in boards:
-            m = metric or primary_metric(e)
-            df = lb.ranking(e, s, m)
-            if df.empty:
-                console.print(f"{esc(e)} / {esc(s)}: no result has metric {esc(repr(m))}; have {esc(lb.metric_names(e, s))}")
-                continue
+            if metric is not None and not any(t.env == e and t.split == s for t in tables):
+                console.print(f"{esc(e)} / {esc(s)}: no result has metric {esc(repr(metric))}; have {esc(lb.metric_names(e, s))}")
+        for t in tables:
             rows = []
-            for _, r in df.head(limit).iterrows():
+            for r in t.rows[:limit]:
+                value, lo, hi = r["metric"]
                 rows.append([
-                    r["rank"], r["agent"], _or_dash(r["algorithm"]), f"{r['value']:.4g}",
-                    f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]", "-" if _missing(r["seed_std"]) else f"{r['seed_std']:.3g}",
-                    r["n"], ",".join(map(str, r["seeds"])), str(r["record_id"])[:12],
+                    r["rank"], r["agent"], _or_dash(r["algorithm"]), f"{value:.4g}", f"[{lo:.3g}, {hi:.3g}]",
+                    "-" if r["seed_std"] is None else f"{r['seed_std']:.3g}", r["n"], r["seeds"], r["record_id"],
                 ])
-            print_table(console, f"{e} / {s}: ranked by {m}",
-                        ["rank", "agent", "algorithm", m, "95% CI", "seed std", "n", "seeds", "record"], rows)
+            # the protocol line is plain text (escaped), never a table title: rich would wrap a long one
+            console.print(esc(f"{t.env} / {t.split}" + ("" if t.main else " (another protocol)") + ": " + protocol_text(t)))
+            print_table(console, f"{t.env} / {t.split}: ranked by {t.metric}" + ("" if t.main else " (another protocol)"),
+                        ["rank", "agent", "algorithm", t.metric, "95% CI", "seed std", "n", "seeds", "record"], rows)
 
     @lb_app.command("render")
     def render(

@@ -24,7 +24,7 @@ from stratagym.atomic import atomic_write, atomic_write_with
 from stratagym.paths import slug
 from stratagym.eval.aggregate import higher_is_better, metric_order, primary_metric
 
-__all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison",
+__all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison", "protocol_text",
            "split_comparisons"]
 
 class BoardTable:
@@ -71,16 +71,26 @@ def _rank_key(row: dict[str, Any], asc: bool) -> tuple[Any, ...]:
     return ((v, lo) if asc else (-v, -lo)) + (row["agent"], row["record_id_full"])
 
 
-def board_tables(lb: Any) -> list[BoardTable]:
+def board_tables(lb: Any, *, rank_by: str | None = None,
+                 boards: Iterable[tuple[str, str]] | None = None) -> list[BoardTable]:
     """One :class:`BoardTable` per (env, split, protocol fingerprint) on the board ``lb``: records measured
-    under different protocols are never ranked together."""
+    under different protocols are never ranked together.
+
+    ``rank_by``: a metric to rank by instead of each env's primary one (a board where no record has it gets
+    no table); ``boards``: only these (env, split) pairs. ``leaderboard show`` and the rendered pages read
+    their tables here, so the terminal and the pages group records alike."""
     from stratagym.leaderboard.protocols import protocol_for
     from stratagym.envs.fingerprint import protocol_diff
 
     tables = []
+    wanted = None if boards is None else set(boards)
     for env, split in lb.boards():
-        metric = primary_metric(env)
+        if wanted is not None and (env, split) not in wanted:
+            continue
+        metric = rank_by or primary_metric(env)
         ranked = lb.ranking(env, split, metric)
+        if ranked.empty and rank_by is not None:
+            continue
         if ranked.empty:  # no result has the primary metric: fall back to success
             metric = "success"
             ranked = lb.ranking(env, split, metric)
@@ -261,7 +271,7 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
     return "\n".join(out)
 
 
-def _protocol_text(t: BoardTable) -> str:
+def protocol_text(t: BoardTable) -> str:
     """One sentence on a table's protocol: its fingerprint and source, and for a table after the first of
     its split, what differs from the first (``topk 1 vs 3``); plain text, escaped by the caller."""
     fp = t.fingerprint.removeprefix("sha256:")[:12]
@@ -275,7 +285,7 @@ def _protocol_text(t: BoardTable) -> str:
 
 
 def _md_protocol(t: BoardTable) -> str:
-    return _md_escape(_protocol_text(t))
+    return _md_escape(protocol_text(t))
 
 
 def _md_comparison(c: SplitComparison) -> list[str]:
@@ -360,7 +370,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
         parts.append(f'<h2 id="h-{e(t.slug)}">{e(t.env)} — split <code>{e(t.split)}</code>'
                      + ("" if t.main else " — another protocol") + "</h2>")
         parts.append(f'<p>Ranked by <b>{e(t.metric)}</b>. <span class="protocol" data-fingerprint="{e(t.fingerprint)}">'
-                     f"{e(_protocol_text(t))}</span></p>")
+                     f"{e(protocol_text(t))}</span></p>")
         parts.append(f'<table class="sortable board" id="board-{e(t.slug)}" data-env="{e(t.env)}" data-split="{e(t.split)}" '
                      f'data-fingerprint="{e(t.fingerprint)}"><thead><tr>')
         heads = [("rank", ""), ("agent", "t"), ("algorithm", "t"), (t.metric, ""), ("seed std", ""), ("n", ""),

@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 from stratagym.atomic import atomic_write, publish_dir
 from stratagym.errors import UserError
 from stratagym.eval.aggregate import higher_is_better
-from stratagym.leaderboard.render import BoardTable, _cell, _fmt, _protocol_text, board_tables
+from stratagym.leaderboard.render import BoardTable, _cell, _fmt, protocol_text, board_tables
 from stratagym.paths import slug
 
 __all__ = ["build_site", "SiteError", "MARKER", "record_page_name"]
@@ -187,7 +187,7 @@ def render_index(tables: Sequence[BoardTable], *, title: str = "stratagym leader
         body.append(f'<h2 id="h-{_e(t.slug)}">{_e(t.env)} — split <code>{_e(t.split)}</code>'
                     + ("" if t.main else " — another protocol") + "</h2>")
         body.append(f"<p>Ranked by <b>{_e(t.metric)}</b> ({direction}). "
-                    f'<span class="protocol">{_e(_protocol_text(t))}</span></p>')
+                    f'<span class="protocol">{_e(protocol_text(t))}</span></p>')
         body += _narrow_table(t)
         body += _wide_table(t)
     return _page(title, body)

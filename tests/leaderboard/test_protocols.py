@@ -61,6 +61,31 @@ def test_different_protocols_are_separate_tables_with_the_difference_named(tmp_p
     assert md.count("| rank |") == 2
 
 
+def test_show_prints_one_ranking_per_protocol_with_the_difference_named(tmp_path):
+    from stratagym.cli import _load_plugins, app
+
+    _load_plugins()
+    lb = Leaderboard(tmp_path / "b.db")
+    for rec in (measured("a", 0.5), measured("b", 1.0), measured("c", 0.9, max_steps=3)):
+        lb.submit(rec)
+    lb.close()
+    out = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["leaderboard", "show", "--board", str(tmp_path / "b.db")])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    # c (0.9, another turn limit) must not rank between b (1.0) and a (0.5): two tables, each ranked from 1
+    first = next(i for i, ln in enumerate(lines) if "ranked by success" in ln and "another protocol" not in ln)
+    second = next(i for i, ln in enumerate(lines) if "ranked by success (another protocol)" in ln)
+    rows = lambda block: [ln.split()[:2] for ln in block if ln.split()[:1] and ln.split()[0].isdigit()]  # noqa: E731
+    assert rows(lines[first:second]) == [["1", "b"], ["2", "a"]]
+    assert rows(lines[second:]) == [["1", "c"]]
+    assert any("another protocol" in ln and "max_steps 3 vs None" in ln for ln in lines), out.output
+    # --metric ranks by another metric within each protocol; a metric no record has is named, not a crash
+    turns = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["leaderboard", "show", "--board", str(tmp_path / "b.db"), "-m", "turns"])
+    assert turns.exit_code == 0 and turns.output.count("ranked by turns") == 2, turns.output
+    none = CliRunner().invoke(app, ["leaderboard", "show", "--board", str(tmp_path / "b.db"), "-m", "nope"])
+    assert none.exit_code == 0 and "no result has metric 'nope'" in none.output and "ranked by" not in none.output
+
+
 def test_diff_command_names_each_field(tmp_path):
     from stratagym.cli import _load_plugins, app
 
