@@ -25,7 +25,8 @@ from typing import Any
 
 from stratagym.envs.core import ConfigError, StepResult
 from stratagym.envs.webshop.site import BACK_TO_SEARCH, SEARCH_BUTTON, SEP, clean_text, clickable_order, is_shown
-from stratagym.envs.webshop.text_env import SiteConfig, WebShopEnvBase, parse_action
+from stratagym.envs.webshop.site_config import SiteConfig
+from stratagym.envs.webshop.text_env import WebShopEnvBase, parse_action
 
 __all__ = ["WebShopBrowserEnv", "chrome_options", "CHROMIUM", "CHROMEDRIVER"]
 

@@ -27,7 +27,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Serve the WebShop web site (same pages as stratagym/WebShop-v0) until interrupted."""
         from rich.console import Console
 
-        from stratagym.envs.webshop.text_env import SiteConfig, build_site
+        from stratagym.envs.webshop.site_config import SiteConfig, build_site
         from stratagym.envs.webshop.web import ServerThread, create_app
 
         console = Console()
