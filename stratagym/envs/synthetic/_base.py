@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import abc
-
 import re
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -32,10 +32,42 @@ def task_rng(data_seed: int, index: int) -> np.random.Generator:
     return np.random.default_rng([int(data_seed), int(index), 0x5EED])
 
 
-def check_positive(name: str, value: int, minimum: int = 1) -> int:
-    if int(value) != value or int(value) < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+@dataclass(frozen=True)
+class IntOption:
+    """An integer constructor option in ``[minimum, maximum]`` (no maximum: unbounded above); an integral
+    float such as ``3.0`` counts, a bool, a string or ``2.5`` does not."""
+
+    minimum: int = 1
+    maximum: int | None = None
+
+    def check(self, name: str, value: Any) -> int:
+        ok = (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+              and float(value).is_integer())
+        if ok:
+            number = int(value)
+            ok = number >= self.minimum and (self.maximum is None or number <= self.maximum)
+        if not ok:
+            bounds = f">= {self.minimum}" if self.maximum is None else f"in [{self.minimum}, {self.maximum}]"
+            raise ConfigError(f"{name} must be an integer {bounds}, got {value!r}")
+        return number
+
+
+@dataclass(frozen=True)
+class RealOption:
+    """A real constructor option in ``[low, high]``."""
+
+    low: float
+    high: float
+
+    def check(self, name: str, value: Any) -> float:
+        ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+        if not (ok and self.low <= float(value) <= self.high):  # NaN fails the comparison
+            raise ConfigError(f"{name} must be a number in [{self.low:g}, {self.high:g}], got {value!r}")
+        return float(value)
+
+
+#: A rule between options: the problem with the checked ``values`` (a message naming the fix), or None.
+Constraint = Callable[[Mapping[str, Any]], "str | None"]
 
 
 class SyntheticEnv(TextEnv):
@@ -49,6 +81,23 @@ class SyntheticEnv(TextEnv):
     max_action_chars = 512
     #: the tools protocol (``protocol="tools"``): one tool, ``act(action)`` with a listed action
     tool_set = "stratagym.envs.synthetic.tools:TOOLS"
+
+    #: The env's numeric constructor options and their bounds, and the rules between them: checked by
+    #: :meth:`check_options`, the one validation path of every synthetic env, before it builds anything.
+    options: ClassVar[Mapping[str, IntOption | RealOption]] = {}
+    constraints: ClassVar[tuple[Constraint, ...]] = ()
+
+    @classmethod
+    def check_options(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The declared :attr:`options` of ``given`` (the constructor's ``locals()``) checked and
+        normalised (ints as ``int``, reals as ``float``), then the :attr:`constraints`; a bad value is a
+        :class:`~stratagym.envs.core.ConfigError` naming the option and its bounds."""
+        values = {name: rule.check(name, given[name]) for name, rule in cls.options.items()}
+        for constraint in cls.constraints:
+            problem = constraint(values)
+            if problem:
+                raise ConfigError(problem)
+        return values
 
     def __init__(self, *, oracle_info: bool = False, **kwargs: Any):
         super().__init__(**kwargs)

@@ -50,7 +50,7 @@ from __future__ import annotations
 from typing import Any
 
 from stratagym.envs.core import StepResult
-from stratagym.envs.synthetic._base import SyntheticEnv, canonical, check_positive
+from stratagym.envs.synthetic._base import IntOption, SyntheticEnv, canonical
 
 COLOURS = ("green", "amber")
 EXIT_OF = {"green": "left", "amber": "right"}
@@ -63,6 +63,8 @@ WINGS = ("north", "south", "east", "west", "upper", "lower", "inner", "outer", "
 
 class CueCorridorEnv(SyntheticEnv):
     """Same junction, different histories; the exit depends on the cue (see the module docstring)."""
+
+    options = {"n_tasks": IntOption(1), "segments": IntOption(1), "corridor": IntOption(0), "data_seed": IntOption(0)}
 
     def __init__(
         self,
@@ -79,12 +81,11 @@ class CueCorridorEnv(SyntheticEnv):
         protocol: str = "tags",
         tool_parser: str = "hermes",
     ):
-        n_tasks = check_positive("n_tasks", n_tasks)
+        o = self.check_options(locals())
+        n_tasks, self.segments, self.corridor = o["n_tasks"], o["segments"], o["corridor"]
         self.valued = bool(valued)
         self.colours = VALUED_COLOURS if self.valued else COLOURS
         self.exit_of = VALUED_EXIT_OF if self.valued else EXIT_OF
-        self.segments = check_positive("segments", segments)
-        self.corridor = check_positive("corridor", corridor, 0)
         steps_needed = self.segments * (self.corridor + 3)
         super().__init__(
             max_steps=max_steps or steps_needed + 4, context_k=context_k, oracle_info=oracle_info,

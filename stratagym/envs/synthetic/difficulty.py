@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stratagym.envs.core import ConfigError, StepResult
-from stratagym.envs.synthetic._base import SyntheticEnv, canonical, check_positive, task_rng
+from stratagym.envs.core import StepResult
+from stratagym.envs.synthetic._base import IntOption, SyntheticEnv, canonical, task_rng
 
 VAULTS = (
     "amber", "basalt", "cedar", "dune", "ember", "fjord", "granite", "heron", "iris", "juniper", "kestrel",
@@ -28,6 +28,12 @@ VAULTS = (
 
 class DifficultyMixEnv(SyntheticEnv):
     """Easy and hard one-step binary tasks (see the module docstring)."""
+
+    # codes are two-digit (10..99): at most 90 per task
+    options = {"n_easy": IntOption(0), "n_hard": IntOption(0), "easy_options": IntOption(1, 90),
+               "hard_options": IntOption(1, 90), "data_seed": IntOption(0)}
+    constraints = (lambda o: "DifficultyMix needs at least one task: set n_easy or n_hard > 0"
+                   if o["n_easy"] + o["n_hard"] == 0 else None,)
 
     def __init__(
         self,
@@ -44,14 +50,9 @@ class DifficultyMixEnv(SyntheticEnv):
         protocol: str = "tags",
         tool_parser: str = "hermes",
     ):
-        n_easy = check_positive("n_easy", n_easy, 0)
-        n_hard = check_positive("n_hard", n_hard, 0)
-        if n_easy + n_hard == 0:
-            raise ConfigError("DifficultyMix needs at least one task: set n_easy or n_hard > 0")
-        easy_options = check_positive("easy_options", easy_options, 1)
-        hard_options = check_positive("hard_options", hard_options, 1)
-        if max(easy_options, hard_options) > 90:
-            raise ConfigError("at most 90 codes per task (two-digit codes 10..99)")
+        o = self.check_options(locals())
+        n_easy, n_hard, easy_options, hard_options = o["n_easy"], o["n_hard"], o["easy_options"], o["hard_options"]
+        data_seed = o["data_seed"]
         super().__init__(max_steps=max_steps, context_k=context_k, oracle_info=oracle_info, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser)
         self._tasks: dict[str, dict[str, Any]] = {}
         for i in range(n_easy + n_hard):

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stratagym.envs.core import ConfigError, StepResult
-from stratagym.envs.synthetic._base import SyntheticEnv, canonical, check_positive
+from stratagym.envs.core import StepResult
+from stratagym.envs.synthetic._base import IntOption, SyntheticEnv, canonical
 
 EASY_KEYS = ("brass", "iron")
 HARD_KEYS = ("copper", "brass", "brass", "brass", "brass", "iron", "tin", "zinc", "lead", "nickel")
@@ -37,6 +37,10 @@ OPENS = {"easy": "brass", "hard": "copper"}
 
 class DifficultySharedEnv(SyntheticEnv):
     """Easy and hard tasks on shared features (see the module docstring)."""
+
+    options = {"n_easy": IntOption(0), "n_hard": IntOption(0)}
+    constraints = (lambda o: "DifficultyShared needs at least one task: set n_easy or n_hard > 0"
+                   if o["n_easy"] + o["n_hard"] == 0 else None,)
 
     def __init__(
         self,
@@ -50,10 +54,8 @@ class DifficultySharedEnv(SyntheticEnv):
         protocol: str = "tags",
         tool_parser: str = "hermes",
     ):
-        n_easy = check_positive("n_easy", n_easy, 0)
-        n_hard = check_positive("n_hard", n_hard, 0)
-        if n_easy + n_hard == 0:
-            raise ConfigError("DifficultyShared needs at least one task: set n_easy or n_hard > 0")
+        o = self.check_options(locals())
+        n_easy, n_hard = o["n_easy"], o["n_hard"]
         super().__init__(max_steps=max_steps, context_k=context_k, oracle_info=oracle_info, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser)
         self._difficulty = {f"t{i:02d}": ("hard" if i >= n_easy else "easy") for i in range(n_easy + n_hard)}
         self._set_tasks(list(self._difficulty))

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stratagym.envs.core import ConfigError, StepResult
-from stratagym.envs.synthetic._base import SyntheticEnv, canonical, check_positive, parse_bracket, task_rng
+from stratagym.envs.core import StepResult
+from stratagym.envs.synthetic._base import IntOption, RealOption, SyntheticEnv, canonical, parse_bracket, task_rng
 from stratagym.envs.synthetic.search_strata import CITIES, DISTRACTOR, TOPICS
 
 ARCHIVES = ("A", "B")
@@ -39,6 +39,11 @@ ARCHIVES = ("A", "B")
 
 class SearchArchivesEnv(SyntheticEnv):
     """Forced search-count strata with a stratum reward offset (see the module docstring)."""
+
+    options = {"n_tasks": IntOption(1), "n_candidates": IntOption(2, len(CITIES)), "full_searches": IntOption(1),
+               "summary_searches": IntOption(1), "full_bonus": RealOption(0.0, 1.0), "data_seed": IntOption(0)}
+    constraints = (lambda o: "full_searches and summary_searches must differ (they define the strata)"
+                   if o["full_searches"] == o["summary_searches"] else None,)
 
     def __init__(
         self,
@@ -55,17 +60,9 @@ class SearchArchivesEnv(SyntheticEnv):
         protocol: str = "tags",
         tool_parser: str = "hermes",
     ):
-        n_tasks = check_positive("n_tasks", n_tasks)
-        n_candidates = check_positive("n_candidates", n_candidates, 2)
-        if n_candidates > len(CITIES):
-            raise ConfigError(f"n_candidates must be <= {len(CITIES)}, got {n_candidates}")
-        self.full_searches = check_positive("full_searches", full_searches)
-        self.summary_searches = check_positive("summary_searches", summary_searches)
-        if self.full_searches == self.summary_searches:
-            raise ConfigError("full_searches and summary_searches must differ (they define the strata)")
-        if not 0.0 <= float(full_bonus) <= 1.0:
-            raise ConfigError(f"full_bonus must be in [0, 1], got {full_bonus!r}")
-        self.full_bonus = float(full_bonus)
+        o = self.check_options(locals())
+        n_tasks, n_candidates, data_seed = o["n_tasks"], o["n_candidates"], o["data_seed"]
+        self.full_searches, self.summary_searches, self.full_bonus = o["full_searches"], o["summary_searches"], o["full_bonus"]
         super().__init__(
             max_steps=max(self.full_searches, self.summary_searches) + 4, context_k=context_k,
             oracle_info=oracle_info, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser,

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stratagym.envs.core import ConfigError, StepResult
-from stratagym.envs.synthetic._base import SyntheticEnv, canonical, check_positive, parse_bracket, task_rng
+from stratagym.envs.core import StepResult
+from stratagym.envs.synthetic._base import IntOption, SyntheticEnv, canonical, parse_bracket, task_rng
 
 CITIES = (
     "oslo", "lima", "kyiv", "quito", "hanoi", "dakar", "perth", "tunis", "sofia", "riga", "porto",
@@ -43,6 +43,11 @@ DISTRACTOR = "weather forecast"
 class SearchStrataEnv(SyntheticEnv):
     """Search-count strata with different reward distributions (see the module docstring)."""
 
+    options = {"n_tasks": IntOption(1), "n_candidates": IntOption(2, len(CITIES)), "max_searches": IntOption(0),
+               "data_seed": IntOption(0)}
+    constraints = (lambda o: (f"max_searches={o['max_searches']} exceeds the {o['n_candidates'] - 1} wrong candidates; "
+                              "lower it") if o["max_searches"] > o["n_candidates"] - 1 else None,)
+
     def __init__(
         self,
         *,
@@ -57,15 +62,8 @@ class SearchStrataEnv(SyntheticEnv):
         protocol: str = "tags",
         tool_parser: str = "hermes",
     ):
-        n_tasks = check_positive("n_tasks", n_tasks)
-        n_candidates = check_positive("n_candidates", n_candidates, 2)
-        if n_candidates > len(CITIES):
-            raise ConfigError(f"n_candidates must be <= {len(CITIES)}, got {n_candidates}")
-        max_searches = check_positive("max_searches", max_searches, 0)
-        if max_searches > n_candidates - 1:
-            raise ConfigError(
-                f"max_searches={max_searches} exceeds the {n_candidates - 1} wrong candidates; lower it"
-            )
+        o = self.check_options(locals())
+        n_tasks, n_candidates, max_searches, data_seed = o["n_tasks"], o["n_candidates"], o["max_searches"], o["data_seed"]
         super().__init__(
             max_steps=max_steps or max_searches + 2, context_k=context_k, oracle_info=oracle_info,
             render_mode=render_mode, protocol=protocol, tool_parser=tool_parser,
