@@ -23,6 +23,8 @@ Templates are plain data + small functions, so a new env family adds one without
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -41,6 +43,9 @@ __all__ = [
     "parse_think_action",
     "parse_tools",
     "TOOLS",
+    "template_content_hash",
+    "template_fingerprint",
+    "protocol_template",
 ]
 
 
@@ -267,3 +272,68 @@ def template_for_env(env_id: str, info: dict[str, Any] | None = None, override: 
     if info is not None and info.get("admissible_actions"):
         return THINK_ACTION
     return PLAIN
+
+
+# ---- the template's content, for the protocol fingerprint -------------------------------------------------
+
+#: Fixed inputs a template is rendered on to fingerprint its content: observations with and without a
+#: Search-R1 tag, with and without admissible actions, with no history and two earlier turns, at three
+#: memory depths; and responses of every shape the templates parse.
+_PROBE_OBSERVATIONS = ("<<observation>>", "<<observation>> <search> q </search>")
+_PROBE_INFOS: tuple[dict[str, Any], ...] = ({}, {"admissible_actions": ["<<action a>>", "help", "<<action b>>"]})
+_PROBE_HISTORIES: tuple[tuple[Turn, ...], ...] = (
+    (), (Turn("<<first observation>>", "<<first action>>"), Turn("<<second observation>>", "<<second action>>")))
+_PROBE_RESPONSES = ("", "  <<plain response>>  ", "<think>t</think>\n<search> q </search>", "<think>t</think>\n<answer> a </answer>",
+                    "<think>t</think>\n<action> a </action>", "<action> a </action> <action> b </action>",
+                    '<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call>')
+
+
+def template_content_hash(template: PromptTemplate) -> str:
+    """``sha256:...`` of what ``template`` does: every message it renders on fixed probe inputs (so every
+    word of its instructions and its layout), its stop strings and system text, how it parses probe
+    responses and how it writes an expert action.
+
+    Why content and not the name: two templates registered under one name (a fork's ``custom``, an edited
+    instruction) prompt differently and are different protocols; a refactor of a template's code that
+    renders and parses the same keeps its hash. The name is not hashed (it is shown beside the hash)."""
+    messages = [template.build(obs, dict(info), history, k) for obs in _PROBE_OBSERVATIONS for info in _PROBE_INFOS
+                for history in _PROBE_HISTORIES for k in (0, 1, 3)]
+    parsed = [[p.action, p.format_ok] for p in (template.parse(r) for r in _PROBE_RESPONSES)]
+    body = {
+        "messages": messages,
+        "stop": list(template.stop),
+        "system": template.system,
+        "extra": template.extra,
+        "parsed": parsed,
+        "format_action": None if template.format_action is None else template.format_action("<<expert action>>"),
+    }
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def template_fingerprint(template: PromptTemplate) -> str:
+    """``"<name> sha256:<hex>"``: the template's name, for people, and its content hash, for comparing."""
+    return f"{template.name} {template_content_hash(template)}"
+
+
+def protocol_template(env_id: str, *, protocol: Any = None, override: str | None = None) -> str | None:
+    """The ``prompt_template`` field of an eval's protocol fingerprint: :func:`template_fingerprint` of the
+    template an LLM agent prompts ``env_id`` with (the ``tools`` template under the tools ``protocol``, else
+    ``override``, else the one the env's spec names); None when the spec names none (the template is then
+    chosen per observation at run time), the bare name when the spec names one this stratagym lacks."""
+    from stratagym.envs.registry import get_spec
+    from stratagym.errors import ConfigError
+
+    if protocol == "tools":
+        return template_fingerprint(TOOLS)
+    if override:
+        if override not in TEMPLATES:
+            raise ConfigError(f"unknown prompt template {override!r}; choose one of {sorted(TEMPLATES)}")
+        return template_fingerprint(TEMPLATES[override])
+    try:
+        name = get_spec(env_id).prompt_template
+    except KeyError:
+        return None
+    if not name:
+        return None
+    return template_fingerprint(TEMPLATES[name]) if name in TEMPLATES else name

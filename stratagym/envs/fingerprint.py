@@ -24,7 +24,10 @@ The fields (``docs/protocol.md`` documents each one):
 ``data``              the family's own content hashes and settings (``TextEnv.protocol_data``): corpus,
                       index and retriever settings for QA, game files for ALFWorld, catalog and search
                       backend for WebShop; ``{}`` for envs whose data is their code
-``prompt_template``   the LLM prompt template the spec names (``EnvSpec.prompt_template``)
+``prompt_template``   the LLM prompt template by content: ``"<name> sha256:<hex>"``, the hash of what the template
+                      renders and parses (``stratagym.agents.prompts.protocol_template``, passed in by the
+                      eval, which knows the agent's template; the agents layer sits above this one); the
+                      spec's template name alone where no caller passes one (records before content hashing)
 ``reward``            the reward function the spec names (``EnvSpec.reward``)
 ``libraries``         distribution -> installed version for the libraries that change behaviour
                       (``EnvSpec.libraries``, or the subset the env says it uses); ``null`` when absent
@@ -150,11 +153,17 @@ def fingerprint_of(fields: Mapping[str, Any]) -> str:
     return _sha(_canonical({k: fields.get(k) for k in PROTOCOL_FIELDS}))
 
 
-def protocol_of(env: Any, env_id: str, kwargs: Mapping[str, Any], task_ids: Sequence[str], split: str) -> dict[str, Any]:
+_SPEC_NAME: Any = object()
+
+
+def protocol_of(env: Any, env_id: str, kwargs: Mapping[str, Any], task_ids: Sequence[str], split: str, *,
+                prompt_template: str | None = _SPEC_NAME) -> dict[str, Any]:
     """The protocol of an eval of ``env`` (the instance played, or its wrapper) on ``task_ids``.
 
     Returns ``{"fingerprint": ..., "source": "measured", "fields": {...}}``, what a result record keeps
     under ``protocol``. ``kwargs`` are the kwargs the env was made with (``gymnasium.make``'s).
+    ``prompt_template``: the content fingerprint of the template the agent prompts with
+    (``stratagym.agents.prompts.protocol_template``); not given, the spec's template name alone.
     """
     from stratagym.envs.registry import get_spec
 
@@ -170,7 +179,7 @@ def protocol_of(env: Any, env_id: str, kwargs: Mapping[str, Any], task_ids: Sequ
         "tasks": tasks_hash(task_ids),
         "task_kwargs": resolved_task_kwargs(spec, kwargs),
         "data": jsonable(data),
-        "prompt_template": spec.prompt_template,
+        "prompt_template": spec.prompt_template if prompt_template is _SPEC_NAME else prompt_template,
         "reward": spec.reward,
         "libraries": library_versions(spec.libraries if libs is None else libs),
     }

@@ -18,10 +18,11 @@ spec                           agent
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium as gym
 
@@ -67,6 +68,24 @@ class AgentSpec:
     @property
     def is_scripted(self) -> bool:
         return self.kind == "scripted"
+
+    def forced_template(self, options: Mapping[str, Any]) -> str | None:
+        """The prompt template this agent is forced to use, if any: ``template`` in its options (``-P
+        template=...``), else the one a saved policy folder's ``stratagym_policy.json`` names (a recipe's
+        ``policy.template``); None: the env's own. Read without loading the model, so the protocol
+        fingerprint names it even for an eval resumed with nothing left to play."""
+        if options.get("template"):
+            return str(options["template"])
+        if self.kind not in ("checkpoint", "hf", "policy") or not Path(self.name).is_dir():
+            return None
+        from stratagym.agents.llm import POLICY_CONFIG_FILE
+
+        try:
+            saved = json.loads((Path(self.name) / POLICY_CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        value = saved.get("template") if isinstance(saved, dict) else None
+        return str(value) if isinstance(value, str) and value else None
 
 
 def parse_agent_spec(spec: str) -> AgentSpec:

@@ -38,7 +38,8 @@ from stratagym.envs.hints import env_kwarg_message, unknown_env_message
 from stratagym.eval.episodes import EpisodeRecord
 from stratagym.eval.transcripts import eval_identity_hash, transcript_of
 from stratagym.training.rollout import InProcessPool, play
-from stratagym.envs.fingerprint import protocol_of
+from stratagym.agents.prompts import protocol_template
+from stratagym.envs.fingerprint import protocol_of, resolved_task_kwargs
 from stratagym.eval.records import (
     LEGACY_SCHEMA,
     SCHEMA,
@@ -292,7 +293,10 @@ def evaluate(
         tasks = all_tasks[:n]
         data_hash = env_data_hash(all_tasks_env, config.env_id, tasks, env_kwargs)
         # what the number is measured under, computed by the env family (its spec and protocol_data)
-        protocol = protocol_of(all_tasks_env, config.env_id, env_kwargs, tasks, split)
+        # the prompt template by content: the agent's forced one, else the env's (tools under the tools protocol)
+        template = protocol_template(config.env_id, override=spec.forced_template(config.agent_options),
+                                     protocol=resolved_task_kwargs(spec_env, env_kwargs).get("protocol"))
+        protocol = protocol_of(all_tasks_env, config.env_id, env_kwargs, tasks, split, prompt_template=template)
         # where the env's tasks come from (e.g. ALFWorld: "bundled" or the real data folder), if it says
         source = getattr(all_tasks_env.unwrapped, "data_source", None)
         data_source = str(source) if isinstance(source, str) and source else None
