@@ -46,10 +46,12 @@ __all__ = [
     "ToolCall",
     "ToolSet",
     "ToolTurn",
+    "call_from_object",
     "format_call",
     "get_tool_parser",
     "register_tool_parser",
     "resolve_turn",
+    "shown_name",
     "tool_parsers",
     "tools_system_prompt",
     "strip_reasoning",
@@ -82,8 +84,9 @@ class ToolTurn:
     ignored: int = 0
 
 
-def _shown(name: Any) -> str:
-    """A tool name as a reason may show it: quoted when a plain identifier, else described."""
+def shown_name(name: Any) -> str:
+    """A tool name as a reason may show it: quoted when a plain identifier, else described (so text that
+    could break a chat template never comes back into the prompt)."""
     if isinstance(name, str) and _IDENTIFIER.fullmatch(name):
         return repr(name)
     return "(a name that is not an identifier)"
@@ -136,12 +139,12 @@ class ToolSet:
     def check(self, call: ToolCall) -> str | None:
         """Why ``call`` does not fit this tool set (unknown tool, missing/extra/mistyped argument), or None."""
         if call.name not in self.functions:
-            return f"unknown tool {_shown(call.name)}; the tools are {', '.join(self.names)}"
+            return f"unknown tool {shown_name(call.name)}; the tools are {', '.join(self.names)}"
         params = next(s for s in self.schemas() if s["function"]["name"] == call.name)["function"]["parameters"]
         props: Mapping[str, Any] = params.get("properties", {})
         for key in call.arguments:
             if key not in props:
-                return f"{call.name} takes no argument {_shown(key)}; its arguments are {', '.join(props) or 'none'}"
+                return f"{call.name} takes no argument {shown_name(key)}; its arguments are {', '.join(props) or 'none'}"
         for key in params.get("required", ()):
             if key not in call.arguments:
                 return f"{call.name} needs the argument {key!r}"
@@ -195,7 +198,15 @@ def register_tool_parser(name: str) -> Callable[[ToolParser], ToolParser]:
     return deco
 
 
+def _load_builtin_parsers() -> None:
+    """Register the parsers of :mod:`stratagym.envs.tool_parsers` (imported here, not at the top: that
+    module registers through this one)."""
+    import stratagym.envs.tool_parsers  # noqa: F401
+
+
 def get_tool_parser(name: str) -> ToolParser:
+    """The parser registered as ``name``; a :class:`ConfigError` listing the names otherwise."""
+    _load_builtin_parsers()
     try:
         return _PARSERS[name]
     except KeyError:
@@ -203,6 +214,8 @@ def get_tool_parser(name: str) -> ToolParser:
 
 
 def tool_parsers() -> list[str]:
+    """The registered parser names, sorted."""
+    _load_builtin_parsers()
     return sorted(_PARSERS)
 
 
@@ -211,18 +224,27 @@ def _decode_call(raw: str) -> "ToolCall | str":
         obj = json.loads(raw)
     except (ValueError, RecursionError):
         return "the tool call is not valid JSON"
+    return call_from_object(obj)
+
+
+def call_from_object(obj: Any, *, arguments_keys: Sequence[str] = ("arguments",)) -> "ToolCall | str":
+    """A decoded ``{"name": ..., "arguments": ...}`` object as a :class:`ToolCall`, or why it is not one.
+
+    Shared by the parsers so every format gives the same reasons. ``arguments_keys``: the keys that may
+    hold the arguments, first found wins (Llama 3's JSON form also writes ``parameters``)."""
     if not isinstance(obj, dict):
         return "a tool call must be a JSON object with \"name\" and \"arguments\""
-    name, args = obj.get("name"), obj.get("arguments", {})
+    key = next((k for k in arguments_keys if k in obj), arguments_keys[0])
+    name, args = obj.get("name"), obj.get(key, {})
     if not isinstance(name, str):
         return "the tool call has no \"name\" string"
     if isinstance(args, str):  # the OpenAI API sends arguments as a JSON string
         try:
             args = json.loads(args) if args.strip() else {}
         except (ValueError, RecursionError):
-            return f"the arguments of the call to {_shown(name)} are not valid JSON"
+            return f"the arguments of the call to {shown_name(name)} are not valid JSON"
     if not isinstance(args, dict):
-        return f"the arguments of the call to {_shown(name)} must be a JSON object"
+        return f"the arguments of the call to {shown_name(name)} must be a JSON object"
     return ToolCall(name, args)
 
 

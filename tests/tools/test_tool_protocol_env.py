@@ -85,8 +85,8 @@ def test_arguments_are_never_read_as_tags(qa):
 def test_protocol_and_parser_are_checked():
     with pytest.raises(ConfigError, match="protocol must be one of"):
         gym.make(QA, protocol="json")
-    with pytest.raises(ConfigError, match="unknown tool_parser 'mistral'; choose one of"):
-        gym.make(QA, protocol="tools", tool_parser="mistral")
+    with pytest.raises(ConfigError, match=r"unknown tool_parser 'granite'; choose one of \['hermes', 'llama3_json', 'mistral', 'pythonic'\]"):
+        gym.make(QA, protocol="tools", tool_parser="granite")
 
 
 # ---- bad input: each an invalid turn with a named reason ------------------------------------------------------

