@@ -97,7 +97,7 @@ class HFGenerator:
     ``get_model()`` returns the (possibly accelerate-wrapped) model at call time so the generator always
     samples from the current weights; no copy, no sync needed. With ``fused=True`` (default) Llama/Qwen2
     models on CPU in float32 (``"force"``: any device and dtype, where it has not been checked)
-    models decode through :class:`stratagym.agents.fused_decode.FusedDecoder` (same maths, static KV
+    models decode through :class:`stratagym.agents.inference.fused_decode.FusedDecoder` (same maths, static KV
     cache, shared prompts prefilled once); other models, and ``fused=False``, call the transformers
     model once per token with a ``DynamicCache``. Both paths share the sampling and stopping code.
 
@@ -111,7 +111,7 @@ class HFGenerator:
 
     def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: "bool | str" = True,
                  prefix_cache: bool = True, drop_finished_rows: bool = True):
-        from stratagym.agents.prefix_cache import PrefixCache
+        from stratagym.agents.inference.prefix_cache import PrefixCache
 
         self.tokenizer = tokenizer
         self.fused = fused
@@ -217,7 +217,7 @@ class HFGenerator:
     def generate(
         self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False
     ) -> list[RawGeneration]:
-        from stratagym.agents.fused_decode import fused_decoder_for
+        from stratagym.agents.inference.fused_decode import fused_decoder_for
         from stratagym.agents.policy import unwrap_model
 
         if not prompt_ids:

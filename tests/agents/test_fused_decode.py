@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stratagym.agents.backends import HFGenerator, SamplingConfig
-from stratagym.agents.fused_decode import FusedDecoder, fused_decoder_for, unsupported_reason
+from stratagym.agents.inference.fused_decode import FusedDecoder, fused_decoder_for, unsupported_reason
 from stratagym.agents.llm import LLMConfig, LLMPolicy
 from stratagym.agents.policy import GenerationRequest
 from stratagym.agents.tiny_lm import tiny_lm_path
@@ -120,7 +120,7 @@ def test_off_where_it_has_never_been_checked_unless_forced():
     CUDA) it stays off unless ``policy.fused_decode: force`` (issue 29 item 4)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from stratagym.agents.fused_decode import fused_decoder_for, unsupported_reason
+    from stratagym.agents.inference.fused_decode import fused_decoder_for, unsupported_reason
 
     model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))

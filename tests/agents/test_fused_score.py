@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from stratagym.agents.fused_score import FusedScorer, fused_scorer_for, scoring_unsupported_reason
+from stratagym.agents.inference.fused_score import FusedScorer, fused_scorer_for, scoring_unsupported_reason
 from stratagym.agents.llm import LLMConfig, LLMPolicy
 from stratagym.agents.tiny_lm import tiny_lm_path
 from tests.agents.test_scoring import _group_payloads

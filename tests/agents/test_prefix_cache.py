@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from stratagym.agents.backends import HFGenerator, SamplingConfig
-from stratagym.agents.fused_decode import FusedDecoder
+from stratagym.agents.inference.fused_decode import FusedDecoder
 from stratagym.agents.llm import LLMConfig, LLMPolicy
-from stratagym.agents.prefix_cache import PrefixCache, weights_fingerprint
+from stratagym.agents.inference.prefix_cache import PrefixCache, weights_fingerprint
 from stratagym.agents.tiny_lm import tiny_lm_path
 
 from tests.agents.test_fused_decode import _qwen2, _tiny_llama

@@ -1,0 +1,16 @@
+"""The HF inference engine's speed machinery, out of the policy's room.
+
+What makes a transformers model decode and score faster without changing what it computes lives here, so
+a reader of the policy (:mod:`stratagym.agents.llm`) and its backends (:mod:`stratagym.agents.backends`)
+meets it only where it is switched on:
+
+* :mod:`~stratagym.agents.inference.fused_decode`: one-token decode steps of Llama/Qwen2-style models in a
+  fused forward (``policy.fused_decode``), checked against transformers' forward before it is used;
+* :mod:`~stratagym.agents.inference.fused_score`: the training/scoring forward fused the same way
+  (``policy.fused_scoring``);
+* :mod:`~stratagym.agents.inference.prefix_cache`: key/value caches of prompt prefixes reused across
+  generation calls (``policy.prefix_cache``).
+
+The old module paths (``stratagym.agents.fused_decode`` ...) still import: they are these same modules.
+Nothing here is imported until a policy turns it on (the package imports nothing eagerly).
+"""
