@@ -36,7 +36,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from stratagym.agents.fused_decode import _cat_bias, unsupported_reason
+from stratagym.agents.inference.fused_decode import _cat_bias, unsupported_reason
 
 __all__ = ["FusedScorer", "fused_scorer_for", "scoring_unsupported_reason"]
 

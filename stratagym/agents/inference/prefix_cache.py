@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from stratagym.agents.fused_decode import PrefixSource
+from stratagym.agents.inference.fused_decode import PrefixSource
 
 __all__ = ["PrefixCache", "weights_fingerprint"]
 
