@@ -172,6 +172,17 @@ def test_hostile_protocol_text_is_escaped_in_every_view(tmp_path):
     md, page = render_markdown(tables), render_html(tables)
     assert "<img" not in md and "<img src=x" not in page and "&lt;img" in page
     assert "\\|\\*b\\*" in md  # table pipes and emphasis escaped
+    # the site's board and record pages (the protocol's fields, one by one) and the terminal view too
+    from stratagym.cli import _load_plugins, app
+    from stratagym.leaderboard.site import build_site
+
+    build_site(lb, tmp_path / "site")
+    pages = [tmp_path / "site" / "index.html", *sorted((tmp_path / "site" / "records").glob("*.html"))]
+    assert len(pages) == 3 and all("<img" not in p.read_text() for p in pages)
+    assert sum("mode" in p.read_text() and "&lt;img src=x onerror=alert(1)&gt;" in p.read_text() for p in pages) == 2
+    _load_plugins()
+    shown = CliRunner(env={"COLUMNS": "300"}).invoke(app, ["leaderboard", "show", "--board", str(tmp_path / "b.db")])
+    assert shown.exit_code == 0 and "mode <img src=x onerror=alert(1)>|*b*`[l](j:x) vs x" in shown.output  # literally
 
 
 def test_the_render_is_byte_identical_twice_and_whatever_the_submission_order(tmp_path):
