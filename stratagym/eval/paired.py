@@ -112,15 +112,18 @@ class PairedComparison:
         raise ValueError(f"unknown test {test!r}; tests: mcnemar, permutation")
 
 
-def outcomes_by_task(record: Mapping[str, Any], metric: str) -> dict[str, float]:
+def outcomes_by_task(record: Mapping[str, Any], metric: str, *, by_seed: bool = False) -> dict[str, float]:
     """``task_id -> metric`` of an eval record's episodes (``metric`` read from the episode, then its
-    ``extra``: ``em`` for SearchQA, ``won`` for any env). A task played under several seeds is averaged."""
+    ``extra``: ``em`` for SearchQA, ``won`` for any env). A task played under several seeds is averaged,
+    or with ``by_seed`` each episode is its own unit, keyed ``task_id#seed`` (two arms evaluated with the
+    same seeds meet the same episode randomness, so those episodes pair)."""
     values: dict[str, list[float]] = {}
     for ep in record.get("episodes", []):
         v = ep.get(metric, ep.get("extra", {}).get(metric))
         if v is None:
             continue
-        values.setdefault(str(ep["task_id"]), []).append(float(v))
+        key = f"{ep['task_id']}#{ep.get('seed', 0)}" if by_seed else str(ep["task_id"])
+        values.setdefault(key, []).append(float(v))
     if not values:
         raise PairedError(f"no episode of the record has {metric!r}; use a metric its episodes carry "
                           "(e.g. em for SearchQA, won for every env)")

@@ -102,3 +102,57 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
             run_study(study, out_dir, board=board, records=not no_records, log=typer.echo)
         except ConfigError as exc:
             _fail(f"study {study.name}: {exc}")
+
+    @app.command("study-llm")
+    def study_llm(
+        name: str = typer.Argument(..., help="LLM study name (suites/studies/llm/NAME.yaml), a study file path, or 'list'."),
+        out: Optional[str] = typer.Option(None, "--out", help="Records and comparison (default studies/llm/<name>)."),
+        runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="Training runs (default: the study's runs, else runs/studies/<name>)."),
+        check: bool = typer.Option(False, "--check", help="Only check the pre-registration against the study."),
+        show_plan: bool = typer.Option(False, "--plan", help="Print the train and eval commands; run nothing."),
+        report_only: bool = typer.Option(False, "--report-only", help="Compare the existing eval records; run nothing."),
+        allow_uncommitted: bool = typer.Option(False, "--allow-uncommitted-preregistration",
+                                               help="Run with a pre-registration git does not hold unchanged (the report says so)."),
+    ) -> None:
+        """Run LLM study NAME: `stratagym train` + `stratagym eval` per arm and seed, then the paired comparison
+        its pre-registration fixes (refused without a complete, consistent, committed pre-registration)."""
+        from pathlib import Path
+
+        from stratagym.errors import ConfigError, UserError
+        from stratagym.studies import llm
+
+        if name == "list":
+            for n in llm.llm_study_names():
+                try:
+                    s = llm.get_llm_study(n)
+                except ConfigError as exc:
+                    _fail(str(exc))
+                typer.echo(f"{s.name:28s} {s.eval.env} {s.eval.split or 'default'}: {', '.join(a.label for a in s.arms)} "
+                           f"[{s.steps} steps, seeds {', '.join(map(str, s.seeds))}]")
+            return
+        try:
+            study = llm.get_llm_study(name)
+            pre, proof = llm.check_study(study, require_commit=not allow_uncommitted)
+            out_dir = Path(out or f"studies/llm/{study.name}")
+            runs = Path(runs_dir) if runs_dir else llm.default_runs(study)
+            if check:
+                typer.echo(f"{study.name}: pre-registration {pre.path} holds ({len(pre.hypotheses)} hypotheses, "
+                           f"{len(pre.seeds)} seeds, {pre.test} test at alpha {pre.alpha}"
+                           + (f"; commit {proof['commit'][:10]})" if proof else "; not checked against git)"))
+                return
+            if show_plan:
+                for stage, arm, seed, argv in llm.plan(study, out_dir, runs):
+                    typer.echo(f"[{stage}] OMP_NUM_THREADS={study.threads} stratagym {' '.join(argv)}")
+                return
+            if report_only:
+                res = llm.compare_study(study, pre, proof, out=out_dir, runs_root=runs)
+            else:
+                res = llm.run_llm_study(study, out=out_dir, runs_root=runs, require_commit=not allow_uncommitted,
+                                        log=typer.echo)
+        except UserError as exc:  # bad files, a refused pre-registration, a failed command, a missing record
+            _fail(str(exc))
+        for h in res["hypotheses"]:
+            c = h["pooled"]
+            typer.echo(f"{h['arm']} vs {h['baseline']}: {c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], "
+                       f"{pre.test} p {c[pre.test + '_p']:.3g}: {h['verdict']}")
+        typer.echo(f"wrote {out_dir}/comparison.json and comparison.md")

@@ -92,6 +92,7 @@ def test_records_and_errors_are_user_errors():
     ]}
     assert outcomes_by_task(rec, "em") == {"t1": 0.5, "t2": 0.0}
     assert outcomes_by_task(rec, "won") == {"t1": 0.5, "t2": 0.0}
+    assert outcomes_by_task(rec, "em", by_seed=True) == {"t1#0": 1.0, "t1#1": 0.0, "t2#0": 0.0}
     with pytest.raises(PairedError, match="f1_typo"):
         outcomes_by_task(rec, "f1_typo")
     with pytest.raises(UserError, match="share no task"):

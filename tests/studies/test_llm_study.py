@@ -1,0 +1,240 @@
+"""LLM studies (stratagym.studies.llm) and their pre-registration (stratagym.studies.preregistration): the
+runner refuses to start without a complete, consistent, committed pre-registration, and a tiny study
+(the committed 0.64M SearchQA model, 1 step, 3 questions) runs `stratagym train` + `stratagym eval` for
+2 arms x 3 seeds, resumes without redoing anything, and writes the registered paired comparison."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stratagym.errors import UserError
+from stratagym.studies.llm import (
+    LLM_STUDY_DIR,
+    check_study,
+    get_llm_study,
+    llm_study_names,
+    load_llm_study,
+    plan,
+    run_llm_study,
+)
+from stratagym.studies.preregistration import PreregistrationError, load_preregistration
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = "Search with <search> query </search>, answer with <answer> answer </answer>. Question: {question}\n"
+
+PREREG = {
+    "study": "tiny", "registered": "2026-11-28", "claim": "Stratified GRPO beats GRPO.",
+    "prediction": "No difference after one step of a 0.64M model.",
+    "hypotheses": [{"arm": "Stratified", "baseline": "GRPO", "direction": "greater"}],
+    "metric": "em", "split": "test_unseen", "n_questions": 3, "seeds": [0, 1, 2], "steps": 1,
+    "test": "permutation", "alpha": 0.05, "min_effect": 0.03,
+    "diagnostics": ["adv/tied_groups", "adv/stratum/", "adv/hadw_anchor"],
+}
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A git repository with a tiny recipe, an LLM study file and its committed pre-registration."""
+    _git(tmp_path, "init", "-q")
+    recipe = {
+        "name": "tiny-llm-study",
+        "policy": {"model": str(ROOT / "data/checkpoints/sft-searchqa"), "max_new_tokens": 24, "memory_k": 4,
+                   "temperature": 1.0},
+        "env": {"id": "stratagym/SearchQA-v0", "tasks": "1500:",
+                "kwargs": {"split": "train", "topk": 1, "max_turns": 2, "prompt_template": PROMPT}},
+        "rollout": {"group_size": 2, "tasks_per_step": 2, "workers": "inprocess"},
+        "algorithm": {"estimator": "grpo"},
+        "loss": {"clip_low": 0.2, "kl_coef": 0.0, "agg": "token-mean"},
+        "optim": {"lr": 1.0e-4, "max_grad_norm": 1.0, "micro_batch_size": 8},
+        "train": {"total_steps": 1, "seed": 0, "output_dir": str(tmp_path / "unused"), "save_every": 1, "eval_every": 0},
+    }
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    study = {
+        "title": "tiny", "claim": "Stratified GRPO beats GRPO.", "preregistration": str(tmp_path / "prereg.yaml"),
+        "recipe": str(tmp_path / "recipe.yaml"),
+        "arms": [{"label": "GRPO", "set": {"algorithm.estimator": "grpo"}},
+                 {"label": "Stratified", "set": {"algorithm.estimator": "stratified",
+                                                 "algorithm.estimator_kwargs": {"alpha": 0.6}}}],
+        "seeds": [0, 1, 2], "steps": 1,
+        "eval": {"env": "stratagym/SearchQA-v0", "split": "test_unseen", "n": 3, "batch_size": 3,
+                 "env_kwargs": {"topk": 1, "max_turns": 2, "prompt_template": PROMPT}},
+        "metric": "em", "strata": "hops",
+    }
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(study))
+    (tmp_path / "prereg.yaml").write_text(yaml.safe_dump(PREREG))
+    _git(tmp_path, "add", "prereg.yaml")
+    _git(tmp_path, "commit", "-q", "-m", "register", "--", "prereg.yaml")
+    return tmp_path
+
+
+def _prereg(repo: Path, **changes) -> None:
+    (repo / "prereg.yaml").write_text(yaml.safe_dump({**PREREG, **changes}))
+
+
+def test_a_committed_consistent_preregistration_is_accepted(repo):
+    pre, proof = check_study(load_llm_study(repo / "tiny.yaml"))
+    assert pre.seeds == (0, 1, 2) and pre.test == "permutation" and len(proof["commit"]) == 40
+
+
+def test_no_preregistration_no_run(repo):
+    (repo / "prereg.yaml").unlink()
+    with pytest.raises(PreregistrationError, match="no pre-registration file"):
+        run_llm_study(load_llm_study(repo / "tiny.yaml"), out=repo / "out", runs_root=repo / "runs",
+                      command=lambda argv, env: pytest.fail("a command ran without a pre-registration"))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"seeds": [0, 1]}, "at least 3"),
+    ({"split": "test"}, "not an unseen split"),
+    ({"test": "t-test"}, "test must be one of permutation, mcnemar"),
+    ({"alpha": 1.5}, "alpha"),
+    ({"hypotheses": [{"arm": "Stratified", "baseline": "GRPO", "direction": "up"}]}, "greater or less"),
+    ({"prediction": ""}, "prediction must be a non-empty string"),
+])
+def test_an_incomplete_preregistration_is_refused(repo, changes, message):
+    _prereg(repo, **changes)
+    with pytest.raises(PreregistrationError, match=message):
+        load_preregistration(repo / "prereg.yaml")
+
+
+def test_a_missing_field_is_refused(repo):
+    data = dict(PREREG)
+    del data["min_effect"]
+    (repo / "prereg.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(PreregistrationError, match="missing min_effect"):
+        load_preregistration(repo / "prereg.yaml")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"steps": 30}, "30 steps registered, 1 in the study"),
+    ({"seeds": [0, 1, 2, 3]}, r"seeds \[0, 1, 2, 3\] registered"),
+    ({"n_questions": 200}, "200 questions registered"),
+    ({"hypotheses": [{"arm": "SAN", "baseline": "GRPO", "direction": "greater"}]}, "arm 'SAN', which the study lacks"),
+    ({"study": "other"}, "registers study 'other'"),
+])
+def test_a_preregistration_that_disagrees_with_the_study_is_refused(repo, changes, message):
+    _prereg(repo, **changes)
+    with pytest.raises(PreregistrationError, match=message):
+        check_study(load_llm_study(repo / "tiny.yaml"), require_commit=False)
+
+
+def test_an_uncommitted_preregistration_is_refused(repo, tmp_path_factory):
+    study = load_llm_study(repo / "tiny.yaml")
+    _prereg(repo, prediction="Rewritten after seeing the runs.")
+    with pytest.raises(PreregistrationError, match="uncommitted changes"):
+        check_study(study)
+    assert check_study(study, require_commit=False)[1] == {}  # the explicit escape hatch
+    # outside any git checkout nothing proves when it was written
+    outside = tmp_path_factory.mktemp("no-git")
+    (outside / "prereg.yaml").write_text(yaml.safe_dump(PREREG))
+    moved = load_llm_study(repo / "tiny.yaml").__class__(**{**study.__dict__, "preregistration": str(outside / "prereg.yaml")})
+    with pytest.raises(PreregistrationError, match="not in a git checkout"):
+        check_study(moved)
+
+
+def test_the_cli_refuses_in_one_line(repo, capsys):
+    from stratagym.cli import main
+
+    (repo / "prereg.yaml").unlink()
+    with pytest.raises(SystemExit) as exc:
+        main(["study-llm", str(repo / "tiny.yaml")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and "no pre-registration file" in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1
+
+
+def test_plan_resumes_a_started_run(repo):
+    study = load_llm_study(repo / "tiny.yaml")
+    (repo / "runs" / "grpo-s1" / "checkpoints").mkdir(parents=True)
+    steps = plan(study, repo / "out", repo / "runs")
+    assert [s[0] for s in steps] == ["train", "eval"] * 6
+    by = {(s[0], s[1].label, s[2]): s[3] for s in steps}
+    assert by[("train", "GRPO", 1)][-1] == "--resume" and "--resume" not in by[("train", "GRPO", 0)]
+    train = by[("train", "Stratified", 2)]
+    assert "algorithm.estimator_kwargs={\"alpha\": 0.6}" in train and "train.seed=2" in train
+    ev = by[("eval", "Stratified", 2)]
+    assert ev[1].endswith("stratified-s2/checkpoints/step-00000001") and "test_unseen" in ev
+
+
+def test_an_env_without_splits_needs_a_reason_and_pairs_episodes(repo):
+    _prereg(repo, split="default")
+    with pytest.raises(PreregistrationError, match="no_unseen_split"):
+        load_preregistration(repo / "prereg.yaml")
+    _prereg(repo, split="default", no_unseen_split="the corridor's tasks differ only in a name")
+    assert load_preregistration(repo / "prereg.yaml").no_unseen_split.startswith("the corridor")
+    data = yaml.safe_load((repo / "tiny.yaml").read_text())
+    data["eval"] = {"env": "stratagym/ValueCorridor-v0", "split": None, "n": 3, "seeds": [0, 1, 2]}
+    (repo / "tiny.yaml").write_text(yaml.safe_dump(data))
+    study = load_llm_study(repo / "tiny.yaml")
+    check_study(study, require_commit=False)
+    ev = [s[3] for s in plan(study, repo / "out", repo / "runs") if s[0] == "eval"][0]
+    assert "--split" not in ev and ev[ev.index("--seeds") + 1] == "0,1,2"
+
+
+def _in_process(argv, env):
+    from stratagym.cli import main
+
+    try:
+        main(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
+    study = load_llm_study(repo / "tiny.yaml")
+    calls = []
+
+    def command(argv, env):
+        calls.append(argv[0])
+        assert env["OMP_NUM_THREADS"] == "1"
+        return _in_process(argv, env)
+
+    res = run_llm_study(study, out=repo / "out", runs_root=repo / "runs", command=command, log=lambda m: None)
+    assert calls == ["train", "eval"] * 6
+    assert res["git"]["commit"] and res["preregistration"]["sha256"]
+    (h,) = res["hypotheses"]
+    assert h["verdict"] in ("reproduced", "refuted", "undecided")
+    assert set(h["per_seed"]) == {"0", "1", "2"} and h["pooled"]["n"] == 3
+    for arm in ("GRPO", "Stratified"):
+        a = res["arms"][arm]
+        assert len(a["per_seed"]) == 3 and all(0.0 <= v <= 1.0 for v in a["per_seed"])
+        assert sum(s["n"] for s in a["by_stratum"].values()) == 3  # the 3 questions by hops
+        d = a["diagnostics"]["0"]
+        assert d["adv/tied_groups"]["steps"] == 1 and d["adv/hadw_anchor"] is None  # logged / never logged
+        assert any(k.startswith("adv/stratum/") for k in d)
+    saved = json.loads((repo / "out" / "comparison.json").read_text())
+    assert saved["hypotheses"][0]["verdict"] == h["verdict"]
+    md = (repo / "out" / "comparison.md").read_text()
+    assert "Stratified > GRPO" in md and "By hops" in md
+    # everything is done: a second run runs no command and gives the same comparison
+    again = run_llm_study(study, out=repo / "out", runs_root=repo / "runs",
+                          command=lambda argv, env: pytest.fail(f"reran {argv[0]}"), log=lambda m: None)
+    assert again["hypotheses"] == res["hypotheses"]
+
+
+def test_committed_llm_studies_are_preregistered():
+    names = llm_study_names()
+    assert LLM_STUDY_DIR == ROOT / "suites" / "studies" / "llm"
+    assert len(names) >= 3
+    for name in names:
+        study = get_llm_study(name)
+        pre, _ = check_study(study, require_commit=False)  # committed-ness is checked when a run starts
+        assert len(pre.seeds) >= 3 and ("unseen" in pre.split or pre.no_unseen_split)
+        assert Path(study.recipe).is_file()
+    # the two SearchQA studies share their GRPO runs: same recipe, same overrides, same runs folder
+    a, b = get_llm_study("stratified-smollm2-hops"), get_llm_study("hadw-smollm2-hops")
+    assert a.runs == b.runs and a.recipe == b.recipe and a.arm("GRPO") == b.arm("GRPO") and a.seeds == b.seeds
+    assert a.steps == b.steps and a.eval == b.eval
+    with pytest.raises(UserError, match="unknown LLM study"):
+        get_llm_study("no-such-study")
