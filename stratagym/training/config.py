@@ -93,6 +93,12 @@ class RolloutConfig:
     # |engine - trainer| log-prob exceeds parity_max (null: log parity/* only); parity_tol: frac_over's bound
     parity_max: Optional[float] = None
     parity_tol: float = 0.1
+    # asynchronous rollouts (stratagym/training/async_rollout.py, docs/async.md): ``async_workers`` Ray
+    # actors, each with a policy copy, generate while the learner trains; a step's groups are trained at
+    # most ``max_staleness`` policy versions after they were sampled (0 = the synchronous trainer, exactly)
+    mode: str = "sync"
+    max_staleness: int = 0
+    async_workers: int = 1
 
 
 @dataclass
@@ -277,6 +283,7 @@ class RecipeConfig:
             raise ConfigError(f"rollout.parity_max must be > 0 or null (off), got {self.rollout.parity_max!r}")
         if not float(self.rollout.parity_tol) > 0:
             raise ConfigError(f"rollout.parity_tol must be > 0, got {self.rollout.parity_tol!r}")
+        self._validate_async()
         if self.rollout.workers not in ("inprocess", "subprocess", "ray"):
             raise ConfigError(f"rollout.workers must be inprocess, subprocess or ray, got {self.rollout.workers!r}")
         try:
@@ -318,6 +325,21 @@ class RecipeConfig:
             raise ConfigError(f"train.mixed_precision must be no, bf16 or fp16, got {self.train.mixed_precision!r}")
         check_output_dir("train.output_dir", self.train.output_dir)
         return self
+
+    def _validate_async(self) -> None:
+        """``rollout.mode`` / ``max_staleness`` / ``async_workers``, and what async mode does not do yet."""
+        rc = self.rollout
+        if rc.mode not in ("sync", "async"):
+            raise ConfigError(f"rollout.mode must be sync or async, got {rc.mode!r}")
+        if rc.max_staleness < 0:
+            raise ConfigError(f"rollout.max_staleness must be >= 0 (0 = synchronous), got {rc.max_staleness}")
+        _positive("rollout.async_workers", rc.async_workers)
+        if rc.mode == "sync" and rc.max_staleness:
+            raise ConfigError(f"rollout.max_staleness is {rc.max_staleness}, but rollout.mode is sync: set "
+                              "rollout.mode: async to train on stale groups, or max_staleness: 0")
+        if rc.mode == "async" and rc.filter_groups:
+            raise ConfigError("rollout.filter_groups (DAPO dynamic sampling) does not run with rollout.mode: async "
+                              "yet; use rollout.mode: sync for it")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -253,6 +253,10 @@ class Trainer(TrainerUpdate):
         self.collector = RolloutCollector(config.env.id, self.policy, group_size=config.rollout.group_size,
                                           pool=pool, max_turns=config.rollout.max_turns)
         self._eval_collector: Optional[RolloutCollector] = None
+        self._async: Any = None  # rollout.mode: async's actors (started by the first rollout)
+        if config.rollout.mode == "async" and self.accelerator.num_processes > 1:
+            raise ConfigError("rollout.mode: async runs in one learner process; launch without accelerate's "
+                              "multi-process mode, or use rollout.mode: sync")
         all_ids = self.collector.task_ids()
         self._task_ids = all_ids[config.env.task_slice()]
         if not self._task_ids:
@@ -384,8 +388,25 @@ class Trainer(TrainerUpdate):
         sl = slice(r * n_local, (r + 1) * n_local)
         return [ids[i] for i in idx[sl]], [int(s) for s in seeds[sl]]
 
+    def _async_rollouts(self) -> Any:
+        """The rollout actors of ``rollout.mode: async`` (:mod:`stratagym.training.async_rollout`),
+        started on first use; they publish the learner's weights of each version once."""
+        if self._async is None:
+            from stratagym.agents.policy import unwrap_model
+            from stratagym.training.async_rollout import AsyncRollouts
+
+            rc = self.config.rollout
+            self._async = AsyncRollouts(
+                env_id=self.config.env.id, env_kwargs=self.config.env.kwargs, policy_spec=self._policy_spec,
+                group_size=rc.group_size, max_turns=rc.max_turns, num_workers=rc.async_workers,
+                max_staleness=rc.max_staleness, seed=self.config.train.seed, address=rc.ray_address,
+                state_dict=lambda: unwrap_model(self.policy.model).state_dict())
+        return self._async
+
     def rollout(self) -> RolloutBatch:
         self.policy.eval()
+        if self.config.rollout.mode == "async":  # the policy version is the step count
+            return self._async_rollouts().next_batch(self.step, self._sample_tasks, baseline=self._play_baseline)
         if not self.config.rollout.filter_groups:
             tasks, seeds = self._sample_tasks()
             return self.collector.collect(tasks, seeds, baseline=self._play_baseline)
@@ -507,6 +528,9 @@ class Trainer(TrainerUpdate):
         if close_policy is not None:
             close_policy()
         self.collector.close()
+        if self._async is not None:
+            self._async.close()
+            self._async = None
         if self._eval_collector is not None:
             self._eval_collector.close()
         self.log.close()

@@ -1,0 +1,96 @@
+"""Asynchronous rollouts on a local Ray cluster (issue 33): rollout actors with their own policy copy
+generate while the learner trains.
+
+* ``max_staleness: 0`` is the synchronous trainer exactly: same weights and metrics after 2 steps;
+* with ``max_staleness: 1`` the next job is generated during the update (lag 1), one ``ray.put`` per
+  version;
+* a job that arrives more than ``max_staleness`` versions late is dropped and counted, never trained on;
+* a worker killed mid-rollout (a real ``ray.kill`` of the actor) loses only its job in flight and is
+  replaced; training goes on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from stratagym.agents.policy import unwrap_model
+from stratagym.training.config import RecipeConfig
+from stratagym.training.trainer import Trainer
+
+ENV = "stratagym/CueCorridor-v0"
+
+
+def _config(out, steps: int = 2, **rollout) -> RecipeConfig:
+    return RecipeConfig.from_dict({
+        "name": "async", "policy": {"model": "tiny", "max_new_tokens": 8, "memory_k": 1},
+        "env": {"id": ENV},
+        "rollout": {"group_size": 2, "tasks_per_step": 2, "max_turns": 2, **rollout},
+        "algorithm": {"estimator": "grpo", "invalid_action_penalty": 0.1},
+        "loss": {"entropy_coef": 0.01}, "optim": {"lr": 1.0e-2},
+        "train": {"total_steps": steps, "output_dir": str(out), "save_every": 0, "progress": False,
+                  "tensorboard": False}})
+
+
+def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in unwrap_model(trainer.policy.model).state_dict().items()}
+
+
+def _run(cfg: RecipeConfig, **train) -> tuple[list[dict], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The run's metric rows, its weights before and after."""
+    trainer = Trainer(cfg)
+    try:
+        before = _weights(trainer)
+        rows = trainer.train(**train)
+        return rows, before, _weights(trainer)
+    finally:
+        trainer.close()
+
+
+def test_staleness_zero_is_the_synchronous_trainer(ray_cluster, tmp_path):
+    sync_rows, start, sync_w = _run(_config(tmp_path / "sync"))
+    async_rows, _, async_w = _run(_config(tmp_path / "async", mode="async", max_staleness=0))
+    assert any(not torch.equal(start[k], sync_w[k]) for k in start)  # the 2 updates moved the weights
+    assert sync_w.keys() == async_w.keys()
+    assert all(torch.equal(sync_w[k], async_w[k]) for k in sync_w)
+    for s, a in zip(sync_rows, async_rows, strict=True):
+        same = {k for k in s if not k.startswith("time/")}
+        assert {k: s[k] for k in same} == {k: a[k] for k in same}
+        assert a["async/lag"] == 0.0 and a["async/dropped_groups"] == 0.0
+    assert [r["async/publishes"] for r in async_rows] == [1.0, 2.0]  # one put per version
+
+
+def test_stale_jobs_are_dropped_and_a_killed_worker_loses_only_its_job(ray_cluster, tmp_path):
+    trainer = Trainer(_config(tmp_path / "run", steps=20, mode="async", max_staleness=1))
+    try:
+        (first,) = trainer.train(max_steps=1)
+        assert first["async/lag"] == 0.0
+        runner = trainer._async
+        # the next job was dispatched before the update (version 0), so it arrives with lag 1, in bounds
+        assert len(runner.in_flight) == 1 and runner.in_flight[0].version == 0
+        (second,) = trainer.train(max_steps=1)
+        assert second["async/lag"] == 1.0 and math.isfinite(second["loss/loss"])
+        # kill the worker while its job (dispatched at version 1 during step 2's update) is in flight
+        (job,) = runner.in_flight
+        ready, _ = ray_cluster.wait([job.ref], timeout=0)
+        old_pid = runner.pids()[0] if not ready else None
+        ray_cluster.kill(runner.workers[job.worker])
+        (third,) = trainer.train(max_steps=1)
+        if old_pid is not None:  # the job was mid-rollout: it is lost, the worker replaced
+            assert third["async/lost_groups"] == 2.0 and third["async/restarts"] == 1.0
+            assert runner.pids()[0] != old_pid
+        assert third["async/dropped_groups"] == 0.0 and math.isfinite(third["loss/loss"])
+        # a job that falls more than max_staleness versions behind is dropped, not trained on
+        (job,) = runner.in_flight
+        trainer.step += 5  # the learner moved on 5 versions while the job was generated
+        (fourth,) = trainer.train(max_steps=1)
+        assert fourth["async/lag"] <= 1.0 and math.isfinite(fourth["loss/loss"])
+        if old_pid is not None:
+            assert fourth["async/dropped_groups"] == 2.0
+            # versions published, once each: 0 (step 1), 1 (step 2's refill), 2 (the restarted worker's
+            # job and the refill), 8 (after the drop)
+            assert fourth["async/publishes"] == len({0, 1, 2, 3 + 5})
+    finally:
+        trainer.close()
