@@ -9,8 +9,8 @@ episodes behind it, and a 21-column table is unreadable in Markdown.
   seeds and a link to the record's episodes; every other metric sits behind a click ("all metrics", a
   ``<details>`` block holding the full table, sortable by any column).
 * **A record's page**: who and what was evaluated, the protocol fingerprint field by field, every metric,
-  two small charts (success per task type where the env names types, episodes per search count split by
-  outcome), and the episodes, filterable by outcome, task type and task id. Each episode opens to its
+  small charts (success per task type where the env names types, episodes per search count split by
+  outcome, and from the transcripts how many episodes searched at each turn), and the episodes, filterable by outcome, task type and task id. Each episode opens to its
   outcome and, where the eval left a transcript (``stratagym eval`` keeps them in the progress file; see
   :mod:`stratagym.eval.transcripts`), every turn: what the agent saw, what the model wrote, the action
   sent, the reward, validity, the search count after the step and the env's info.
@@ -238,6 +238,30 @@ def _bars_svg(title: str, rows: list[tuple[str, list[tuple[float, str]]]], *, sc
 _WON, _LOST = "#3a8f3a", "#c44e4e"
 
 
+_SEARCHED, _OTHER = "#4c72b0", "#bbbbbb"
+
+
+def _searches_per_turn(episodes: Sequence[Mapping[str, Any]], transcripts: Transcripts) -> list[str]:
+    """Per turn index, across the episodes with a transcript: how many searched at that turn (the search
+    count rose) and how many did something else. Empty when no transcribed episode searched."""
+    by_turn: dict[int, Counter[bool]] = defaultdict(Counter)
+    for ep in episodes:
+        t = transcripts.get((ep.get("seed"), str(ep.get("task_id"))))
+        steps = t.get("steps") if isinstance(t, Mapping) else None
+        before = 0
+        for i, step in enumerate(steps if isinstance(steps, list) else []):
+            count = step.get("search_count") if isinstance(step, Mapping) else None
+            if not isinstance(count, int) or isinstance(count, bool):
+                break
+            by_turn[i][count > before] += 1
+            before = count
+    if not any(c[True] for c in by_turn.values()):
+        return []
+    rows = [(f"turn {i}", [(float(c[True]), _SEARCHED), (float(c[False]), _OTHER)]) for i, c in sorted(by_turn.items())]
+    scale = max(sum(c.values()) for c in by_turn.values())
+    return [_bars_svg("Searches per turn (blue: searched, grey: another action)", rows, scale=scale, unit="episodes")]
+
+
 def _charts(episodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per task type: succeeded and failed episodes; per final search count: the same (where any episode
     searched). Empty when neither says anything."""
@@ -359,7 +383,7 @@ def render_record(record: Mapping[str, Any], table: BoardTable | None, transcrip
         body.append(f'<tr><td class="t">{_e(name)}</td><td data-sort="{_e(sort)}">{_e(cell)}</td>'
                     f'<td>{_e(m.get("n") if isinstance(m, Mapping) else "")}</td></tr>')
     body.append("</tbody></table>")
-    body += _charts(episodes)
+    body += _charts(episodes) + _searches_per_turn(episodes, transcripts)
     types = sorted({t for t in (_task_type(ep) for ep in episodes) if t is not None})
     body += [f"<h2>Episodes</h2>",
              f'<p class="muted">{len(episodes)} episodes, {n_with} with a transcript. Open one to read its turns.</p>',

@@ -60,6 +60,12 @@ def test_site_of_a_real_eval_shows_its_turns(real_eval, tmp_path):
     page = (tmp_path / "site" / "records" / record_page_name(record["record_id"])).read_text()
     assert "Question q000:" in page and "You answered sofia: correct." in page
     assert page.count('class="turn"') == 12  # 3 episodes x 4 turns
+    # searches per turn: all 3 episodes search at turns 0-2 (full bar, 330 px) and answer at turn 3 (none)
+    import re
+
+    chart = page[page.index("Searches per turn"):]
+    searched = dict(re.findall(r'>turn (\d)</text><rect x="170.0" y="\d+" width="([\d.]+)"', chart))
+    assert searched == {"0": "330.0", "1": "330.0", "2": "330.0", "3": "0.0"}
     index = (tmp_path / "site" / "index.html").read_text()
     assert f'href="records/{record_page_name(record["record_id"])}"' in index
 
