@@ -613,13 +613,30 @@ def tool_calls_text(calls: Any) -> tuple[str, Optional[str]]:
     return "".join("\n" + p for p in parts), None
 
 
+def check_tool_choice(choice: Any) -> "str | dict[str, Any] | None":
+    """``tool_choice`` as the OpenAI chat API takes it (``auto``, ``required``, ``none``, or
+    ``{"type": "function", "function": {"name": ...}}``), or a :class:`ConfigError` naming the forms.
+
+    Why an option: a server with strict tool calling (vLLM's structural tags under ``--tool-call-parser``)
+    constrains its output to well-formed calls only when the request says ``required`` or names a tool;
+    ``auto`` (the API's default, used when the option is unset) leaves the model free to write text."""
+    if choice is None or choice in ("auto", "required", "none"):
+        return choice
+    if (isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict)
+            and isinstance(choice["function"].get("name"), str) and set(choice) == {"type", "function"}):
+        return {"type": "function", "function": {"name": choice["function"]["name"]}}
+    raise ConfigError(f"policy.openai.tool_choice must be auto, required, none or {{type: function, function: "
+                      f"{{name: <tool>}}}}, got {str(choice)[:80]!r}")
+
+
 class OpenAIGenerator:
     """Completions from an OpenAI-compatible HTTP endpoint (chat or plain completions API).
 
     ``base_url`` like ``http://127.0.0.1:8000/v1``; the API key is read from the environment variable
     named by ``api_key_env`` (never from config files). ``endpoint="chat"`` sends chat messages;
     ``"completions"`` sends the prompt text rendered with the local chat template (needed to continue a
-    partial assistant turn, as Search-R1 prompts do).
+    partial assistant turn, as Search-R1 prompts do). ``tool_choice`` (chat, tools protocol only) is sent
+    with the tools when set (:func:`check_tool_choice`); unset, the server's default (``auto``) holds.
     """
 
     def __init__(
@@ -633,6 +650,7 @@ class OpenAIGenerator:
         concurrency: int = 16,
         max_retries: int = 2,
         include_stop_str_in_output: bool = False,
+        tool_choice: "str | dict[str, Any] | None" = None,
     ):
         if endpoint not in ("chat", "completions"):
             raise ConfigError(f"openai endpoint must be 'chat' or 'completions', got {endpoint!r}")
@@ -651,6 +669,7 @@ class OpenAIGenerator:
         self.concurrency = max(1, int(concurrency))
         self.max_retries = max(0, int(max_retries))
         self.include_stop = include_stop_str_in_output
+        self.tool_choice = check_tool_choice(tool_choice)
 
     def _request(self, prompt: Any, stop: Sequence[str], cfg: SamplingConfig, greedy: bool,
                  tools: Optional[Sequence[Any]] = None) -> RawGeneration:
@@ -669,6 +688,8 @@ class OpenAIGenerator:
             body["messages"] = prompt
             if tools:  # the tools protocol: the server renders them and returns structured tool_calls
                 body["tools"] = list(tools)
+                if self.tool_choice is not None:
+                    body["tool_choice"] = self.tool_choice
             if prompt and prompt[-1].get("role") == "assistant":  # Search-R1's growing assistant turn: continue
                 body["continue_final_message"] = True  # it, as the local render does (vLLM's and TGI's chat
                 body["add_generation_prompt"] = False  # servers take these; OpenAI's API has no such turn)

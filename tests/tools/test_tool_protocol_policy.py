@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import stratagym  # noqa: F401  (registers the envs)
+from stratagym.agents.backends import OpenAIGenerator
 from stratagym.agents.llm import LLMConfig, LLMPolicy
 from stratagym.agents.policy import GenerationRequest, Turn
 from stratagym.agents.prompts import TOOLS, template_for_env
@@ -171,6 +172,25 @@ def test_served_model_gets_tools_and_its_tool_calls_drive_the_env(server):
     _, _, term, _, info3 = env.step(gen2.action)
     assert term and info3["tool_call"] == "answer" and info3["ignored_tool_calls"] == 1
     env.close()
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "answer"}}])
+def test_tool_choice_is_sent_with_the_tools(server, choice):
+    obs, info = _tools_info()
+    pol = LLMPolicy.from_config(LLMConfig(model="served", backend="openai",
+                                          openai={"base_url": server, "tool_choice": choice}))
+    _Handler.reply_calls = [_call("answer", json.dumps({"text": "x"}))]
+    pol.generate([GenerationRequest(obs, info, (), QA)], greedy=True)
+    assert _Handler.requests[0]["tool_choice"] == choice
+    _served(server).generate([GenerationRequest(obs, info, (), QA)], greedy=True)
+    assert "tool_choice" not in _Handler.requests[1]  # unset: the server's default (auto)
+
+
+@pytest.mark.parametrize("choice", ["always", {"type": "function"}, {"type": "function", "function": {"name": 3}},
+                                    {"type": "function", "function": {"name": "a"}, "x": 1}, ["required"]])
+def test_bad_tool_choice_is_a_config_error(choice):
+    with pytest.raises(ConfigError, match="tool_choice must be auto, required, none or"):
+        OpenAIGenerator("http://127.0.0.1:9/v1", "m", tool_choice=choice)
 
 
 @pytest.mark.parametrize("calls, reason", [

@@ -42,7 +42,8 @@ class Server:
     """vLLM's OpenAI-compatible server (``vllm serve``) for MODEL on 127.0.0.1 (float32, eager), stopped on
     exit whatever happens."""
 
-    def __init__(self, model: Path, name: str, log: Path):
+    def __init__(self, model: Path, name: str, log: Path, *extra: str, env: dict[str, str] | None = None,
+                 start_timeout: float = 300):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = log
@@ -52,14 +53,15 @@ class Server:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--host", "127.0.0.1", "--port", str(self.port),
                "--served-model-name", name, "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-               "--seed", "0"]
-        self.proc = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+               "--seed", "0", *extra]
+        self.start_timeout = start_timeout
+        self.proc = subprocess.Popen(cmd, env={**_env(), **(env or {})}, cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
     def __enter__(self) -> "Server":
         import httpx
 
-        deadline = time.time() + 300
+        deadline = time.time() + self.start_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"vllm serve exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
@@ -70,7 +72,7 @@ class Server:
                 pass
             time.sleep(1)
         self.__exit__()
-        raise AssertionError(f"vllm serve did not come up in 300 s:\n{self.log.read_text()[-3000:]}")
+        raise AssertionError(f"vllm serve did not come up in {self.start_timeout:.0f} s:\n{self.log.read_text()[-3000:]}")
 
     def __exit__(self, *exc) -> None:
         if self.proc.poll() is None:
