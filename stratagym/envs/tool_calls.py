@@ -22,9 +22,10 @@ The rules of a turn (stratagym's own; there is no original to match):
   ``<think>`` runs to the end of the turn;
 * **several calls in one turn: the first is executed, the rest are not** (Search-R1 takes the first tag
   the same way: one env step is one action); ``info["ignored_tool_calls"]`` counts the rest;
-* the call's ``arguments`` must be a JSON object matching the tool's schema: every required argument,
-  no others, the declared JSON types (a JSON string holding such an object is accepted too, as the
-  OpenAI API sends ``arguments``);
+* the call's ``arguments`` must be a JSON object that passes the tool's JSON Schema, checked with the
+  ``jsonschema`` library (:mod:`stratagym.envs.tool_schema`): every required argument, no others, the
+  declared types, enums and any other keyword (a JSON string holding such an object is accepted too, as
+  the OpenAI API sends ``arguments``);
 * a tool name is echoed in a reason only when it is a plain identifier, so template-breaking text never
   comes back into the prompt.
 
@@ -60,10 +61,6 @@ __all__ = [
 
 PROTOCOLS = ("tags", "tools")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "object": (dict,), "array": (list,),
-}
 
 
 @dataclass(frozen=True)
@@ -110,6 +107,7 @@ class ToolSet:
             self.functions[name] = fn
         self._from_action = from_action
         self._schemas: list[dict[str, Any]] | None = None
+        self._checkers: dict[str, Any] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -137,23 +135,17 @@ class ToolSet:
                          for s in self.schemas())
 
     def check(self, call: ToolCall) -> str | None:
-        """Why ``call`` does not fit this tool set (unknown tool, missing/extra/mistyped argument), or None."""
+        """Why ``call`` does not fit this tool set, or None: an unknown tool, or arguments that fail the
+        tool's JSON Schema (:class:`stratagym.envs.tool_schema.ArgumentChecker`: types, required, enums,
+        no extra arguments, and every other keyword the schema carries)."""
         if call.name not in self.functions:
             return f"unknown tool {shown_name(call.name)}; the tools are {', '.join(self.names)}"
-        params = next(s for s in self.schemas() if s["function"]["name"] == call.name)["function"]["parameters"]
-        props: Mapping[str, Any] = params.get("properties", {})
-        for key in call.arguments:
-            if key not in props:
-                return f"{call.name} takes no argument {shown_name(key)}; its arguments are {', '.join(props) or 'none'}"
-        for key in params.get("required", ()):
-            if key not in call.arguments:
-                return f"{call.name} needs the argument {key!r}"
-        for key, value in call.arguments.items():
-            kind = props[key].get("type")
-            ok = _JSON_TYPES.get(kind, (object,))
-            if not isinstance(value, ok) or (kind in ("integer", "number") and isinstance(value, bool)):
-                return f"the argument {key!r} of {call.name} must be a JSON {kind}, got {_json_kind(value)}"
-        return None
+        if self._checkers is None:
+            from stratagym.envs.tool_schema import ArgumentChecker
+
+            self._checkers = {s["function"]["name"]: ArgumentChecker(s["function"]["name"], s["function"]["parameters"])
+                              for s in self.schemas()}
+        return self._checkers[call.name].problem(call.arguments)
 
     def action(self, call: ToolCall) -> str:
         """The env's action text for a checked call."""
@@ -170,14 +162,6 @@ class ToolSet:
             if len(params) == 1:
                 return ToolCall(name, {params[0]: action})
         return None
-
-
-def _json_kind(value: Any) -> str:
-    for kind, types in (("boolean", (bool,)), ("integer", (int,)), ("number", (float,)), ("string", (str,)),
-                        ("object", (dict,)), ("array", (list,))):
-        if isinstance(value, types):
-            return kind
-    return "null" if value is None else type(value).__name__
 
 
 # ---- parsers ----------------------------------------------------------------------------------------------
