@@ -72,12 +72,12 @@ class LLMConfig:
     turns kept in the prompt. ``max_prompt_tokens``: longer prompts keep their last tokens.
     ``lora``: peft LoRA settings (``r``, ``alpha``, ``dropout``, ``target_modules``) or None for full
     fine-tuning. ``fused_decode``: the ``hf`` backend samples Llama/Qwen2 models on CPU in float32 through the
-    fused static-KV-cache forward (:mod:`stratagym.agents.fused_decode`; exact, several times faster on small
+    fused static-KV-cache forward (:mod:`stratagym.agents.inference.fused_decode`; exact, several times faster on small
     models); False always calls the transformers model per token; ``force`` also uses it on GPUs and in
     bf16/fp16, where it has not been checked. ``prefix_cache``: with fused decoding,
     a call's prompts that extend a row of the previous call (the next turn of a multi-turn rollout: the
     last prompt, its response, the new observation) run only their new tokens, reusing the previous
-    call's keys and values while the weights are unchanged (:mod:`stratagym.agents.prefix_cache`; the
+    call's keys and values while the weights are unchanged (:mod:`stratagym.agents.inference.prefix_cache`; the
     same maths up to float rounding); False prefills every prompt whole. ``shared_prompt_scoring``: re-scoring
     runs each distinct prompt once and the rows that share it continue from its key/value cache (a
     group's G samples share their prompt, so the scoring forward, the reference forward and the backward
@@ -89,7 +89,7 @@ class LLMConfig:
     is read out of that row's forward instead of running its own (the same maths; rows of one trajectory
     must be in one scoring call, which the trainer's trajectory-ordered micro-batches mostly give); used
     when it skips at least a quarter of the tokens. ``fused_scoring``: re-scoring of Llama/Qwen2 models runs through the fused training forward
-    (:mod:`stratagym.agents.fused_score`: q/k/v and gate/up as one matmul each, rotary in one pass,
+    (:mod:`stratagym.agents.inference.fused_score`: q/k/v and gate/up as one matmul each, rotary in one pass,
     one additive attention mask per pass; the same maths, log-probs and gradients equal to the transformers forward up to
     float rounding), for rows scored whole and shared prompts alike; used on an unwrapped model on CPU
     without gradient checkpointing, for batches whose attention mask fits in 256 MiB; other models (LoRA
@@ -577,14 +577,14 @@ class LLMPolicy:
         return [torch.tensor(u, dtype=torch.long) for u in uniq], expand
 
     def _fused_scorer(self) -> Any:
-        """The fused training forward over the model (:mod:`stratagym.agents.fused_score`), or None: off,
+        """The fused training forward over the model (:mod:`stratagym.agents.inference.fused_score`), or None: off,
         a wrapped model (DDP/FSDP expect their own forward), gradient checkpointing, or a model it does
         not cover (then the transformers forward runs)."""
         if not self.config.fused_scoring or self.config.gradient_checkpointing:
             return None
         if self.model is not unwrap_model(self.model):
             return None
-        from stratagym.agents.fused_score import fused_scorer_for
+        from stratagym.agents.inference.fused_score import fused_scorer_for
 
         return fused_scorer_for(self.model)
 
