@@ -70,11 +70,20 @@ class EpisodeHost:
         self._lock = threading.Lock()
         self._live = False
 
-    def reset(self, seed: int = 0, task_id: Optional[str] = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode: its first observation and a JSON-safe ``info``."""
+    def reset(self, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Start an episode from the ``reset`` tool's arguments (checked against :data:`RESET_SCHEMA`): its
+        first observation and a JSON-safe ``info``. Bad arguments or an unknown task: ConfigError."""
+        from stratagym.envs.tool_schema import ArgumentChecker
+
+        problem = ArgumentChecker("reset", RESET_SCHEMA).problem(arguments)
+        if problem:
+            raise ConfigError(problem)
+        options = {"task_id": arguments["task_id"]} if arguments.get("task_id") is not None else None
         with self._lock:
-            options = {"task_id": task_id} if task_id is not None else None
-            obs, info = self.env.reset(seed=int(seed), options=options)
+            try:
+                obs, info = self.env.reset(seed=int(arguments.get("seed") or 0), options=options)
+            except ValueError as exc:  # an unknown task id: the env's message names the valid ones
+                raise ConfigError(str(exc)) from None
             self._live = True
             return obs, {"info": _jsonable(info)}
 
@@ -127,7 +136,7 @@ def create_mcp_server(env_id: str, env_kwargs: Optional[Mapping[str, Any]] = Non
 
     server = FastMCP(name or f"stratagym {env_id}")
     server.add_tool(tool("reset", "Start an episode of " + env_id + " and return its first observation.", RESET_SCHEMA,
-                         lambda a: host.reset(**{k: a[k] for k in ("seed", "task_id") if a.get(k) is not None})))
+                         host.reset))
     for schema in host.schemas:
         fn = schema["function"]
         server.add_tool(tool(fn["name"], fn.get("description", ""), fn["parameters"],

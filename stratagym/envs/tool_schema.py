@@ -96,13 +96,18 @@ class ArgumentChecker:
             if key not in arguments:
                 return f"{self.name} needs the argument {key!r}"
         try:
-            errors = [e for e in self._validator.iter_errors(dict(arguments)) if e.absolute_path]
+            errors = list(self._validator.iter_errors(dict(arguments)))
         except RecursionError:
             return f"the arguments of {self.name} are nested too deeply"
         if not errors:
             return None
+        whole = [e for e in errors if not e.absolute_path]  # a keyword on the whole object (minProperties...)
+        if whole:
+            err = min(whole, key=lambda e: str(e.validator))
+            return (f"the arguments of {self.name} do not satisfy the schema's {err.validator} "
+                    f"({json.dumps(err.validator_value)[:80]})")
         order = {k: i for i, k in enumerate(arguments)}
-        err = min(errors, key=lambda e: (order.get(e.absolute_path[0], len(order)), len(e.absolute_path), e.validator))
+        err = min(errors, key=lambda e: (order.get(e.absolute_path[0], len(order)), len(e.absolute_path), str(e.validator)))
         key, rest = err.absolute_path[0], list(err.absolute_path)[1:]
         head = f"the argument {key!r} of {self.name}" + (f" (at {_where(rest)})" if rest else "")
         if err.validator == "type":

@@ -83,11 +83,17 @@ def test_an_episode_over_mcp_is_the_envs_episode(qa_server):
     assert after.is_error and after.content[0].text.startswith("no episode is running: call reset first")
 
 
-def test_an_unknown_tool_is_an_mcp_error(qa_server):
-    async def call(client):
-        return await client.call_tool("browse", {"url": "x"}, raise_on_error=False)
+def test_an_unknown_tool_or_bad_reset_is_an_mcp_error(qa_server):
+    async def calls(client):
+        return [await client.call_tool(n, a, raise_on_error=False) for n, a in
+                [("browse", {"url": "x"}), ("reset", {"seed": "zero"}), ("reset", {"task_id": "nope"}),
+                 ("reset", {"seed": 0, "extra": 1})]]
 
-    assert _session(qa_server.url, call).is_error
+    unknown, bad_seed, bad_task, extra = _session(qa_server.url, calls)
+    assert unknown.is_error
+    assert bad_seed.is_error and bad_seed.content[0].text == "the argument 'seed' of reset must be a JSON integer, got string"
+    assert bad_task.is_error and bad_task.content[0].text.startswith("unknown task_id 'nope'")
+    assert extra.is_error and extra.content[0].text.startswith("reset takes no argument 'extra'")
 
 
 @pytest.mark.parametrize("kwargs, message", [

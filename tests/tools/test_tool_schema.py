@@ -82,6 +82,8 @@ def test_other_keywords_and_nested_keys_are_checked_without_echoing_model_text()
     assert checker.problem({"o": {"k": 2}}) == "the argument 'o' of f (at .k) must be 1"
     assert checker.problem({"o": {"k": 1, "<b>": 1}}) == "the argument 'o' of f holds a key its schema does not allow"
     assert checker.problem({"n": 5, "o": {"k": 1}}) is None
+    whole = ArgumentChecker("g", {"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1})
+    assert whole.problem({}) == "the arguments of g do not satisfy the schema's minProperties (1)"
 
 
 def test_deep_arguments_are_a_reason_not_a_crash():
