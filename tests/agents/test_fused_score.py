@@ -123,8 +123,8 @@ def test_policy_scoring_fused_equals_transformers(name, layout):
     for fused in (True, False):
         model = MODELS[name]().train()
         pol = LLMPolicy(model, tok, LLMConfig(model="x", temperature=0.7, fused_scoring=fused))
-        assert (pol._fused_scorer() is not None) == fused
-        assert (pol._shared_prompts(pays) is not None) == (layout == "shared")
+        assert (pol.scoring.fused_scorer() is not None) == fused
+        assert (pol.scoring.shared_prompts(pays) is not None) == (layout == "shared")
         res = pol.sequence_log_probs(pays, with_entropy=True)
         (res.logprobs * res.mask).sum().backward()
         with torch.no_grad():
@@ -144,7 +144,7 @@ def test_policy_scoring_fused_equals_transformers(name, layout):
 @pytest.mark.skipif(not (SFT / "config.json").exists(), reason="SFT checkpoint not present")
 def test_sft_llama_checkpoint_takes_the_fused_path():
     pol = LLMPolicy.from_pretrained(str(SFT), config=LLMConfig(model=str(SFT)))
-    assert pol._fused_scorer() is not None
+    assert pol.scoring.fused_scorer() is not None
     pays = _group_payloads()
     with torch.no_grad():
         res = pol.sequence_log_probs(pays)
@@ -156,11 +156,11 @@ def test_sft_llama_checkpoint_takes_the_fused_path():
 def test_fallbacks():
     path = str(tiny_lm_path())
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=path, lora={"r": 4, "alpha": 8}))
-    assert pol._fused_scorer() is None  # peft wrapper: the transformers forward (adapters included)
+    assert pol.scoring.fused_scorer() is None  # peft wrapper: the transformers forward (adapters included)
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=path, fused_scoring=False))
-    assert pol._fused_scorer() is None
+    assert pol.scoring.fused_scorer() is None
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=path))
-    assert pol._fused_scorer() is not None
+    assert pol.scoring.fused_scorer() is not None
 
     class Wrapped(torch.nn.Module):  # the shape of a DDP / accelerate wrapper: the model under .module
         def __init__(self, module: torch.nn.Module):
@@ -169,7 +169,7 @@ def test_fallbacks():
 
     bare = pol.model
     pol.model = Wrapped(bare)
-    assert pol._fused_scorer() is None
+    assert pol.scoring.fused_scorer() is None
     pol.model = bare
     bare.config.attention_dropout = 0.1
     assert "dropout" in scoring_unsupported_reason(bare.train())
@@ -191,7 +191,7 @@ def test_batches_too_large_for_the_score_budget_use_the_transformers_forward(mon
     with the same results."""
     path = str(tiny_lm_path())
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=path))
-    sc = pol._fused_scorer()
+    sc = pol.scoring.fused_scorer()
     assert sc.fits(16, 64, 128) and not sc.fits(64, 4096, 4096)
     calls = []
     real = FusedScorer.whole_rows, FusedScorer.shared_prompts

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import stratagym.agents.llm as llm
+import stratagym.agents.inference.scoring as scoring
 from stratagym.agents.llm import LLMConfig, LLMPolicy
 from stratagym.agents.tiny_lm import tiny_lm_path
 
@@ -28,7 +28,7 @@ def test_right_and_left_padded_scoring_agree(monkeypatch):
     pays = _payloads()
     results = {}
     for right in (True, False):
-        monkeypatch.setattr(llm, "_per_row_logits_to_keep", lambda r=right: r)
+        monkeypatch.setattr(scoring, "per_row_logits_to_keep", lambda r=right: r)
         pol.model.zero_grad(set_to_none=True)
         res = pol.sequence_log_probs(pays, with_entropy=True)
         (res.logprobs * res.mask).sum().backward()
@@ -74,7 +74,7 @@ def test_shared_prompt_scoring_matches_whole_rows(fused):
     for shared in (True, False):
         pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), temperature=0.7,
                                                                shared_prompt_scoring=shared, fused_scoring=fused))
-        assert (pol._shared_prompts(pays) is not None) == shared
+        assert (pol.scoring.shared_prompts(pays) is not None) == shared
         res = pol.sequence_log_probs(pays, with_entropy=True)
         (res.logprobs * res.mask).sum().backward()
         results[shared] = (res, [p.grad.clone() for p in pol.parameters()])
@@ -90,8 +90,8 @@ def test_shared_prompt_scoring_only_when_prompts_repeat():
     """Distinct prompts (nothing to share), or a wrapped model, score rows whole."""
     path = tiny_lm_path()
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path)))
-    assert pol._shared_prompts(_payloads()) is None
-    assert pol._shared_prompts(_group_payloads()) is not None
+    assert pol.scoring.shared_prompts(_payloads()) is None
+    assert pol.scoring.shared_prompts(_group_payloads()) is not None
 
     class Wrapped(torch.nn.Module):  # the shape of a DDP / accelerate wrapper: the model under .module
         def __init__(self, module: torch.nn.Module):
@@ -99,7 +99,7 @@ def test_shared_prompt_scoring_only_when_prompts_repeat():
             self.module = module
 
     pol.model = Wrapped(pol.model)
-    assert pol._shared_prompts(_group_payloads()) is None
+    assert pol.scoring.shared_prompts(_group_payloads()) is None
 
 
 def test_shared_prompt_scoring_with_lora_and_its_reference():
@@ -114,7 +114,7 @@ def test_shared_prompt_scoring_with_lora_and_its_reference():
             model=path, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, shared_prompt_scoring=shared))
         for p in pol.parameters():  # non-zero adapters, so that the policy and its reference differ
             torch.nn.init.normal_(p, std=0.05)
-        assert (pol._shared_prompts(pays) is not None) == shared
+        assert (pol.scoring.shared_prompts(pays) is not None) == shared
         res = pol.sequence_log_probs(pays)
         (res.logprobs * res.mask).sum().backward()
         with torch.no_grad():
@@ -156,7 +156,7 @@ def test_shared_history_scoring_matches_whole_rows():
     for shared in (True, False):
         pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), temperature=0.7,
                                                                shared_history_scoring=shared))
-        hosts = pol._history_hosts(pays, pol._shared_prompts(pays))
+        hosts = pol.scoring.history_hosts(pays, pol.scoring.shared_prompts(pays))
         if shared:  # each 3-turn trajectory is read out of its third row; the sliding window is not shared
             assert hosts == [2, 2, 2, 5, 5, 5, 8, 8, 8, 9, 10, 11]
         else:
@@ -177,8 +177,8 @@ def test_shared_history_scoring_only_when_it_saves_tokens():
     forward (LoRA here) the path is not taken."""
     path = tiny_lm_path()
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path)))
-    assert pol._history_hosts(_payloads(), None) is None
-    assert pol._history_hosts(_group_payloads(), pol._shared_prompts(_group_payloads())) is None
+    assert pol.scoring.history_hosts(_payloads(), None) is None
+    assert pol.scoring.history_hosts(_group_payloads(), pol.scoring.shared_prompts(_group_payloads())) is None
     g = torch.Generator().manual_seed(3)
     long_row = {"prompt_ids": torch.randint(3, 700, (40,), generator=g), "response_ids": torch.randint(3, 700, (2,), generator=g),
                 "sampling_logprobs": torch.zeros(2)}
@@ -186,7 +186,7 @@ def test_shared_history_scoring_only_when_it_saves_tokens():
     short = {"prompt_ids": long_row["prompt_ids"][:1], "response_ids": long_row["prompt_ids"][1:2], "sampling_logprobs": torch.zeros(1)}
     others = [{"prompt_ids": torch.randint(3, 700, (40,), generator=g), "response_ids": torch.randint(3, 700, (2,), generator=g),
                "sampling_logprobs": torch.zeros(2)} for _ in range(3)]
-    assert pol._history_hosts([short, long_row, *others], None) is None
-    assert pol._history_hosts([short, long_row, *others[:2]], None) == [1, 1, 2, 3]
+    assert pol.scoring.history_hosts([short, long_row, *others], None) is None
+    assert pol.scoring.history_hosts([short, long_row, *others[:2]], None) == [1, 1, 2, 3]
     lora = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), lora={"r": 4, "alpha": 8}))
-    assert lora._fused_scorer() is None
+    assert lora.scoring.fused_scorer() is None

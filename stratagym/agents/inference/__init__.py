@@ -9,7 +9,9 @@ meets it only where it is switched on:
 * :mod:`~stratagym.agents.inference.fused_score`: the training/scoring forward fused the same way
   (``policy.fused_scoring``);
 * :mod:`~stratagym.agents.inference.prefix_cache`: key/value caches of prompt prefixes reused across
-  generation calls (``policy.prefix_cache``).
+  generation calls (``policy.prefix_cache``);
+* :mod:`~stratagym.agents.inference.scoring`: the layouts that re-score (prompt, response) rows for training
+  (whole rows, shared prompts, history hosts), behind ``LLMPolicy.sequence_log_probs``.
 
 The old module paths (``stratagym.agents.fused_decode`` ...) still import: they are these same modules.
 Nothing here is imported until a policy turns it on (the package imports nothing eagerly).
