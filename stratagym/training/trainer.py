@@ -528,11 +528,11 @@ class Trainer(TrainerUpdate):
         if close_policy is not None:
             close_policy()
         self.collector.close()
-        if self._async is not None:
-            self._async.close()
-            self._async = None
         if self._eval_collector is not None:
             self._eval_collector.close()
+        if self._async is not None:  # last: it may shut down the Ray runtime it started
+            self._async.close()
+            self._async = None
         self.log.close()
 
 

@@ -94,3 +94,28 @@ def test_stale_jobs_are_dropped_and_a_killed_worker_loses_only_its_job(ray_clust
             assert fourth["async/publishes"] == len({0, 1, 2, 3 + 5})
     finally:
         trainer.close()
+
+
+def test_learner_resume_starts_new_workers_and_trains_no_group_twice(ray_cluster, tmp_path):
+    """The learner stops with a job in flight (its actors go with it, as after kill -9); resuming from
+    the step-2 checkpoint starts new actors on the checkpoint's weights, and the log holds each step once."""
+    import json
+
+    cfg = _config(tmp_path / "run", steps=3, mode="async", max_staleness=1)
+    cfg.train.save_every = 1
+    first = Trainer(cfg)
+    try:
+        first.train(max_steps=2)
+        assert len(first._async.in_flight) == 1  # the job of step 3, dispatched during step 2's update
+    finally:
+        first.close()  # the job in flight is lost with the actors
+    again = Trainer(cfg)
+    try:
+        (row,) = again.train(resume=True)
+        # a fresh actor, the checkpoint's weights published once as version 2, no stale job left
+        assert row["step"] == 3 and row["async/lag"] == 0.0 and row["async/publishes"] == 1.0
+        assert row["async/dropped_groups"] == 0.0 and row["async/lost_groups"] == 0.0
+    finally:
+        again.close()
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
