@@ -183,7 +183,7 @@ def render_index(tables: Sequence[BoardTable], *, title: str = "stratagym leader
     if not tables:
         body.append("<p>No results yet.</p>")
     for t in tables:
-        direction = "higher is better" if higher_is_better(t.metric) else "lower is better"
+        direction = "higher is better" if higher_is_better(t.metric, t.env) else "lower is better"
         body.append(f'<h2 id="h-{_e(t.slug)}">{_e(t.env)} — split <code>{_e(t.split)}</code>'
                     + ("" if t.main else " — another protocol") + "</h2>")
         body.append(f"<p>Ranked by <b>{_e(t.metric)}</b> ({direction}). "

@@ -68,6 +68,17 @@ def test_a_declared_metric_ranks_and_shows_on_the_board(tmp_path):
     assert 'data-col="cost/hit"' in html and 'data-col="near"' in html
 
 
+def test_the_static_site_states_a_declared_direction(tmp_path):
+    from stratagym.leaderboard.site import build_site
+
+    lb = Leaderboard(tmp_path / "board.db")
+    lb.submit(_record("cheap", [1, 2, 3, 4], [True, True, False, False]))
+    build_site(lb, tmp_path / "site")
+    lb.close()
+    pages = "".join(p.read_text() for p in (tmp_path / "site").glob("*.html"))
+    assert "Ranked by <b>cost</b> (lower is better)" in pages
+
+
 def test_bad_metric_declarations_name_the_fix():
     with pytest.raises(ValueError, match="add it to record_info_keys"):
         EnvSpec(id="t/BadMetric-v0", entry_point="x:Y", description="d", metrics=(MetricSpec("cost", "mean"),))
