@@ -6,8 +6,9 @@ hashes) that the same calls written by hand give.
 A random model writes no call by itself, so two things make the server's output valid and known:
 
 * the request's ``tool_choice`` is ``required`` or names a tool: vLLM 0.32 then constrains decoding to the
-  hermes call format with a structural tag (``vllm/parser/abstract_parser.py``, the ``tool_parser.
-  get_structural_tag`` branch; on by default through ``VLLM_ENFORCE_STRICT_TOOL_CALLING``), and
+  hermes call format with a structural tag (``vllm/parser/abstract_parser.py:533-600``, the
+  ``tool_parser.get_structural_tag`` branch; ``Hermes2ProToolParser.structural_tag_model = "hermes"`` in
+  ``vllm/tool_parsers/hermes_tool_parser.py:35``; on by default through ``VLLM_ENFORCE_STRICT_TOOL_CALLING``), and
   ``--tool-strict-level parameter`` pins the arguments to the tool's JSON Schema;
 * the model is a *bigram* Qwen2: attention and MLP outputs are zero, so the logits depend on the last token
   only, and its embeddings and head are set so that after a quote it writes ``k`` (or a tool name starting
