@@ -8,7 +8,9 @@ Three trainers on the same recipe (the tiny local model, ``--tasks`` x ``--group
 ``sync`` (``rollout.mode: sync``), ``async-1`` (1 rollout actor, ``max_staleness: 1``) and ``async-2``
 (2 actors, ``max_staleness: 2``). Each is built once and trains one untimed warm-up step (it starts the
 actors and loads their models); then every repeat times ``--steps`` more steps of each, in a rotated
-order (the load of this shared machine hits all alike). Printed per trainer: generated tokens per
+order (the load of this shared machine hits all alike). An async trainer's block ends when the job it
+dispatched for its next step is finished too, so that job is generated inside its own timed block (in
+steady state a block generates ``--steps`` jobs) and not while another trainer is timed. Printed per trainer: generated tokens per
 wall-clock second of training (the rollout's tokens over the whole step time, update included: the
 throughput a run sees), optimizer steps per hour, each as mean [min-max] over repeats, the mean lag of
 the trained groups, and the dropped groups. Wall time, not CPU time: overlap is the point.
@@ -84,6 +86,10 @@ def main() -> int:
             for name, *_ in order:
                 t0 = time.perf_counter()
                 rows = trainers[name].train(max_steps=args.steps)
+                runner = trainers[name]._async
+                if runner is not None and runner.in_flight:  # the prefetched job is paid inside this block,
+                    refs = [j.ref for j in runner.in_flight]   # not generated while another trainer is timed
+                    ray.wait(refs, num_returns=len(refs))
                 wall = time.perf_counter() - t0
                 tok_s[name].append(sum(r["rollout/tokens"] for r in rows) / wall)
                 steps_h[name].append(3600.0 * len(rows) / wall)
