@@ -15,8 +15,8 @@ wall-clock second of training (the rollout's tokens over the whole step time, up
 throughput a run sees), optimizer steps per hour, each as mean [min-max] over repeats, the mean lag of
 the trained groups, and the dropped groups. Wall time, not CPU time: overlap is the point.
 
-Ray runs as a private local instance (``address="local"``, 2 CPUs): the actors reserve 1 CPU each, the
-learner runs in this process. On a 2-core machine the learner and 2 actors share 2 cores, so async-2
+Ray runs as a private local instance (``address="local"``, 3 CPU slots on the 2 cores: the 3 actors
+reserve 1 each), the learner runs in this process. On a 2-core machine the learner and 2 actors share 2 cores, so async-2
 cannot beat async-1 by much; the figures say what this machine gives, not what a cluster would.
 """
 
@@ -69,7 +69,9 @@ def main() -> int:
     # a busy shared machine can take longer than Ray's default 10 s to register the raylet
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
     load0 = os.getloadavg()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # 3 actors live at once (async-1's and async-2's two), 1 CPU slot each: with fewer slots one actor is
+    # never scheduled and its job never returns
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
     kinds = [("sync", "sync", 1, 0), ("async-1", "async", 1, 1), ("async-2", "async", 2, 2)]
     tmp = tempfile.mkdtemp(prefix="async-bench-")
     trainers = {}
