@@ -33,6 +33,7 @@ from stratagym.algorithms.losses import (
     policy_loss,
     token_logprobs,
 )
+from stratagym.algorithms.off_policy import OffPolicyCorrection, importance_weights
 from stratagym.algorithms.registry import (
     AdvantageBatch,
     Estimator,
@@ -49,6 +50,8 @@ from stratagym.algorithms.registry import (
 
 __all__ = [
     "HADW",
+    "OffPolicyCorrection",
+    "importance_weights",
     "AdvantageBatch",
     "Estimator",
     "EstimatorModifier",

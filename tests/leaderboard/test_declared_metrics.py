@@ -17,6 +17,7 @@ ENV = "t/DeclaredMetric-v0"
 
 register_env(EnvSpec(
     id=ENV, entry_point="stratagym.envs.synthetic.cue_corridor:CueCorridorEnv", description="declared-metric probe",
+    source=__name__,  # a test's env, not a built-in one (tests/core/test_behaviour_pins.py pins built-ins)
     record_info_keys=("cost", "hit", "near"), primary_metric="cost", board_columns=("hit", "cost/miss"),
     # cost: lower is better, ranks the board; hit: a rate, with cost on the hits and on the misses
     metrics=(MetricSpec("cost", "mean", higher_is_better=False), MetricSpec("hit", "rate", parts=("hit", "miss"))),
