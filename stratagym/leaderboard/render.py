@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 from stratagym.atomic import atomic_write, atomic_write_with
 from stratagym.paths import slug
 from stratagym.eval.aggregate import higher_is_better, metric_order, primary_metric
+from stratagym.leaderboard.scripts import SORTABLE_TABLES_JS
 
 __all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison", "protocol_text",
            "split_comparisons"]
@@ -332,25 +333,6 @@ img{max-width:48em;display:block}
 .muted{color:#777}
 """
 
-_JS = """
-(function(){
-  function key(td){var s=td.getAttribute('data-sort');if(s!==null&&s!==''){var f=parseFloat(s);if(!isNaN(f))return f;}return td.textContent.trim().toLowerCase();}
-  function sortTable(table,col,th){
-    var tbody=table.tBodies[0];var rows=Array.prototype.slice.call(tbody.rows);
-    var asc=th.getAttribute('aria-sort')!=='ascending';
-    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(c){c.removeAttribute('aria-sort');});
-    th.setAttribute('aria-sort',asc?'ascending':'descending');
-    rows.sort(function(a,b){var x=key(a.cells[col]),y=key(b.cells[col]);
-      var nx=typeof x==='number',ny=typeof y==='number';
-      var c=(nx&&ny)?x-y:(nx?-1:(ny?1:(x<y?-1:(x>y?1:0))));return asc?c:-c;});
-    rows.forEach(function(r){tbody.appendChild(r);});
-  }
-  document.querySelectorAll('table.sortable').forEach(function(table){
-    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-      th.addEventListener('click',function(){sortTable(table,i,th);});});
-  });
-})();
-"""
 
 
 def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | None = None, title: str = "stratagym leaderboard") -> str:
@@ -398,7 +380,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
             parts.append(f'<img src="{e(p)}" alt="{e(t.env)} {e(t.split)} {e(t.metric)}">')
     for p in plots.get("_training", []):
         parts.append(f'<h2>Training curves</h2><img src="{e(p)}" alt="training curves">')
-    parts.append(f"<script>{_JS}</script></body></html>")
+    parts.append(f"<script>{SORTABLE_TABLES_JS}</script></body></html>")
     return "\n".join(parts)
 
 

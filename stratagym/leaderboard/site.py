@@ -36,6 +36,7 @@ from stratagym.atomic import atomic_write, publish_dir
 from stratagym.errors import UserError
 from stratagym.eval.aggregate import higher_is_better
 from stratagym.leaderboard.render import BoardTable, _cell, _fmt, protocol_text, board_tables
+from stratagym.leaderboard.scripts import EPISODE_FILTERS_JS, SORTABLE_TABLES_JS
 from stratagym.paths import slug
 
 __all__ = ["build_site", "SiteError", "MARKER", "record_page_name"]
@@ -81,40 +82,8 @@ ol.turns>li{margin:.6em 0}
 svg text{font-size:11px;fill:#222}
 """
 
-#: The one script of every page: sortable tables and the episode filters. It reads data attributes and
-#: textContent only (never writes HTML), and the CSP admits it by hash alone.
-_JS = """
-(function(){
-  function key(td){var s=td.getAttribute('data-sort');if(s!==null&&s!==''){var f=parseFloat(s);if(!isNaN(f))return f;}return td.textContent.trim().toLowerCase();}
-  document.querySelectorAll('table.sortable').forEach(function(table){
-    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,col){
-      th.addEventListener('click',function(){
-        var tbody=table.tBodies[0];var rows=Array.prototype.slice.call(tbody.rows);
-        var asc=th.getAttribute('aria-sort')!=='ascending';
-        Array.prototype.forEach.call(table.tHead.rows[0].cells,function(c){c.removeAttribute('aria-sort');});
-        th.setAttribute('aria-sort',asc?'ascending':'descending');
-        rows.sort(function(a,b){var x=key(a.cells[col]),y=key(b.cells[col]);
-          var nx=typeof x==='number',ny=typeof y==='number';
-          var c=(nx&&ny)?x-y:(nx?-1:(ny?1:(x<y?-1:(x>y?1:0))));return asc?c:-c;});
-        rows.forEach(function(r){tbody.appendChild(r);});
-      });
-    });
-  });
-  var won=document.getElementById('f-won'),type=document.getElementById('f-type'),task=document.getElementById('f-task');
-  if(!won)return;
-  function apply(){
-    var w=won.value,t=type?type.value:'',q=task.value.trim().toLowerCase(),shown=0;
-    document.querySelectorAll('details.episode').forEach(function(d){
-      var ok=(w===''||d.getAttribute('data-won')===w)&&(t===''||d.getAttribute('data-type')===t)&&
-             (q===''||d.getAttribute('data-task').toLowerCase().indexOf(q)>=0);
-      d.hidden=!ok;if(ok)shown++;
-    });
-    document.getElementById('f-count').textContent=String(shown);
-  }
-  [won,type,task].forEach(function(el){if(el){el.addEventListener('input',apply);el.addEventListener('change',apply);}});
-  apply();
-})();
-"""
+#: The one script of every page (the CSP admits it by hash alone): sortable tables and the episode filters.
+_JS = SORTABLE_TABLES_JS + EPISODE_FILTERS_JS
 
 
 def _csp() -> str:
