@@ -56,10 +56,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def accelerate_launch(args: list[str], num_processes: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``accelerate launch`` with 2 CPU processes on a free rendezvous port, one thread each."""
+def accelerate_launch(args: list[str], num_processes: int = 2, timeout: float = 300,
+                      extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``accelerate launch`` with 2 CPU processes on a free rendezvous port, one thread each (``extra_env``
+    is added to this process's environment for the launch)."""
     exe = Path(sys.executable).with_name("accelerate")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **(extra_env or {})}
     cmd = [str(exe), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *args]
     return run_stopping_workers(cmd, env=env, timeout=timeout)

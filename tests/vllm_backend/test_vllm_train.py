@@ -108,7 +108,11 @@ def test_two_processes_each_with_an_engine_external_launcher(tmp_path):
     data["policy"]["vllm"]["distributed"] = True
     data["train"]["total_steps"] = 2
     recipe.write_text(yaml.safe_dump(data))
-    done = accelerate_launch(["-m", "stratagym.cli", "train", "--config", str(recipe)], timeout=420)
+    # The engines are counted by vLLM's own INFO line, so the level is pinned: importing TRL in this pytest
+    # process (any earlier test) sets VLLM_LOGGING_LEVEL=ERROR in os.environ (trl/_compat.py
+    # `_patch_vllm_logging`), which the launched processes would inherit.
+    done = accelerate_launch(["-m", "stratagym.cli", "train", "--config", str(recipe)], timeout=420,
+                             extra_env={"VLLM_LOGGING_LEVEL": "INFO", "VLLM_CONFIGURE_LOGGING": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     logs = done.stdout + done.stderr
     assert logs.count("Using external launcher for distributed inference") == 2, logs[-3000:]  # an engine per process
