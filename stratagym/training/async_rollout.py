@@ -31,7 +31,10 @@ The rules (docs/async.md):
 
 Metrics per step (in the rollout's ``extra``): ``async/lag``, ``async/dropped_groups``,
 ``async/lost_groups``, ``async/restarts`` (cumulative), ``async/publishes``, ``async/publish_s``
-(seconds in ``ray.put`` this step), ``async/wait_s`` (seconds the learner waited for a job).
+(seconds in ``ray.put`` this step), ``async/wait_s`` (seconds the learner waited for a job), and
+``async/groups``: the ``[task_id, seed]`` of each group the step trained on (a list, not a number: the
+record that shows which draws an update consumed, so a resumed run can be checked for groups trained
+twice or lost in flight).
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ class RolloutWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id, as in ``ray.nodes()``'s ``NodeID``)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def generate(self, version: int, weights: dict[str, torch.Tensor], tasks: list[str], seeds: list[int],
                  rng_state: Optional[torch.Tensor], baseline: bool) -> tuple[int, RolloutBatch, torch.Tensor, float]:
@@ -227,12 +236,18 @@ class AsyncRollouts:
             "async/lag": float(lag), "async/dropped_groups": float(self.dropped_groups),
             "async/lost_groups": float(self.lost_groups), "async/restarts": float(self.restarts),
             "async/publishes": float(self.publishes), "async/publish_s": publish_s, "async/wait_s": wait_s,
+            "async/groups": [[t, s] for t, s in zip(job.tasks, job.seeds)],
         })
         return batch
 
     def pids(self) -> list[int]:
         """The worker actors' process ids (tests kill one)."""
         return self.ray.get([w.pid.remote() for w in self.workers])
+
+    def node_ids(self) -> list[str]:
+        """The Ray node of each worker actor, in worker order: where Ray placed them on a cluster (an
+        actor needs ``num_cpus`` free CPUs on its node; Ray picks among the nodes that have them)."""
+        return self.ray.get([w.node_id.remote() for w in self.workers])
 
     def close(self) -> None:
         """Kill the workers (jobs in flight are lost) and shut down a Ray runtime this object started."""

@@ -81,7 +81,7 @@ class RolloutBatch:
     total_seconds: float = 0.0
     generated_tokens: int = 0
     turns: int = 0
-    extra: dict[str, float] = field(default_factory=dict)  # more metrics (e.g. dynamic sampling's)
+    extra: dict[str, Any] = field(default_factory=dict)  # more metrics (dynamic sampling's; async mode's, one a list)
 
     @property
     def ok(self) -> list[Trajectory]:
