@@ -35,6 +35,13 @@ Metrics per step (in the rollout's ``extra``): ``async/lag``, ``async/dropped_gr
 ``async/groups``: the ``[task_id, seed]`` of each group the step trained on (a list, not a number: the
 record that shows which draws an update consumed, so a resumed run can be checked for groups trained
 twice or lost in flight).
+
+**Dynamic sampling** (``rollout.filter_groups``, DAPO) works as in the synchronous trainer, with each
+round's draw being the next job: the step keeps drawing jobs (each under the staleness rule) until it
+holds ``tasks_per_step`` informative groups or ``max_filter_rounds`` jobs were drawn. Groups still never
+mix versions; two kept groups may come from jobs of different versions. The step's async figures cover
+all its jobs (:func:`merge_async_extras`): ``async/lag`` is the largest lag among them, and
+``async/groups`` lists every group drawn, kept or filtered (a filtered group is consumed, never drawn again).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ import torch
 from stratagym.errors import ConfigError
 from stratagym.training.rollout import InProcessPool, RolloutBatch, RolloutCollector
 
-__all__ = ["AsyncRollouts", "RolloutWorker", "Job"]
+__all__ = ["AsyncRollouts", "RolloutWorker", "Job", "merge_async_extras"]
 
 
 class RolloutWorker:
@@ -259,3 +266,17 @@ class AsyncRollouts:
         self.workers, self.in_flight = [], []
         if self._started and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def merge_async_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:
+    """One step's ``async/*`` figures from the extras of the several jobs it consumed (dynamic sampling):
+    the cumulative counters as the last job left them, the largest lag, the seconds summed, and every
+    job's groups in arrival order."""
+    if not extras:
+        return {}
+    out = {k: v for k, v in extras[-1].items() if k.startswith("async/")}
+    out["async/lag"] = max(float(e["async/lag"]) for e in extras)
+    for k in ("async/publish_s", "async/wait_s"):
+        out[k] = sum(float(e[k]) for e in extras)
+    out["async/groups"] = [g for e in extras for g in e["async/groups"]]
+    return out

@@ -327,7 +327,7 @@ class RecipeConfig:
         return self
 
     def _validate_async(self) -> None:
-        """``rollout.mode`` / ``max_staleness`` / ``async_workers``, and what async mode does not do yet."""
+        """``rollout.mode`` / ``max_staleness`` / ``async_workers``."""
         rc = self.rollout
         if rc.mode not in ("sync", "async"):
             raise ConfigError(f"rollout.mode must be sync or async, got {rc.mode!r}")
@@ -337,9 +337,6 @@ class RecipeConfig:
         if rc.mode == "sync" and rc.max_staleness:
             raise ConfigError(f"rollout.max_staleness is {rc.max_staleness}, but rollout.mode is sync: set "
                               "rollout.mode: async to train on stale groups, or max_staleness: 0")
-        if rc.mode == "async" and rc.filter_groups:
-            raise ConfigError("rollout.filter_groups (DAPO dynamic sampling) does not run with rollout.mode: async "
-                              "yet; use rollout.mode: sync for it")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -405,17 +405,25 @@ class Trainer(TrainerUpdate):
 
     def rollout(self) -> RolloutBatch:
         self.policy.eval()
-        if self.config.rollout.mode == "async":  # the policy version is the step count
-            return self._async_rollouts().next_batch(self.step, self._sample_tasks, baseline=self._play_baseline)
-        if not self.config.rollout.filter_groups:
-            tasks, seeds = self._sample_tasks()
-            return self.collector.collect(tasks, seeds, baseline=self._play_baseline)
+        rc = self.config.rollout
+        is_async = rc.mode == "async"
+
+        def sample() -> RolloutBatch:
+            if is_async:  # the policy version is the step count
+                return self._async_rollouts().next_batch(self.step, self._sample_tasks, baseline=self._play_baseline)
+            return self.collector.collect(*self._sample_tasks(), baseline=self._play_baseline)
+
+        if not rc.filter_groups:
+            return sample()
         from stratagym.training.rollout.dynamic import collect_informative
 
         alg = self.config.algorithm
+        async_extras: list[dict[str, Any]] = []
 
         def draw() -> RolloutBatch:  # one group rollout, shaped as update() will shape it
-            b = self.collector.collect(*self._sample_tasks(), baseline=self._play_baseline)
+            b = sample()
+            if is_async:
+                async_extras.append(dict(b.extra))
             shape_rewards(b, invalid_action_penalty=alg.invalid_action_penalty, format_reward=alg.format_reward,
                           reward_scale=alg.reward_scale)
             return b
@@ -424,9 +432,13 @@ class Trainer(TrainerUpdate):
             return self._gather_stats(torch.tensor(local, dtype=torch.float64)).long().tolist()
 
         acc = self.accelerator  # several processes decide rounds and kept groups on the global counts
-        return collect_informative(draw, self.config.rollout.tasks_per_step * acc.num_processes,
-                                   max_rounds=self.config.rollout.max_filter_rounds,
-                                   gather=gather_counts if acc.num_processes > 1 else None, rank=acc.process_index)
+        batch = collect_informative(draw, rc.tasks_per_step * acc.num_processes, max_rounds=rc.max_filter_rounds,
+                                    gather=gather_counts if acc.num_processes > 1 else None, rank=acc.process_index)
+        if async_extras:  # several jobs fed this step: one row of async figures for all of them
+            from stratagym.training.async_rollout import merge_async_extras
+
+            batch.extra.update(merge_async_extras(async_extras))
+        return batch
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()

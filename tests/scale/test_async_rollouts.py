@@ -119,3 +119,46 @@ def test_learner_resume_starts_new_workers_and_trains_no_group_twice(ray_cluster
         again.close()
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+def test_dynamic_sampling_at_staleness_zero_is_the_synchronous_dapo(ray_cluster, tmp_path):
+    """DAPO's filter across jobs: at ``max_staleness: 0`` each round's draw is the next job, sampled with
+    the learner's random state, so the kept groups, the update and the metrics are the synchronous
+    trainer's with ``filter_groups``; ``async/groups`` lists every group drawn, filtered ones too."""
+    dapo = {"filter_groups": True, "max_filter_rounds": 3}
+    sync_rows, start, sync_w = _run(_config(tmp_path / "sync", steps=3, **dapo))
+    async_rows, _, async_w = _run(_config(tmp_path / "async", steps=3, mode="async", max_staleness=0, **dapo))
+    assert any(r["rollout/filter_rounds"] > 1 for r in sync_rows)  # some step drew more than one job
+    assert any(not torch.equal(start[k], sync_w[k]) for k in start)
+    assert all(torch.equal(sync_w[k], async_w[k]) for k in sync_w)
+    for s, a in zip(sync_rows, async_rows, strict=True):
+        same = {k for k in s if not k.startswith("time/")}
+        assert {k: s[k] for k in same} == {k: a[k] for k in same}
+        assert a["async/lag"] == 0.0
+        assert len(a["async/groups"]) == 2 * a["rollout/filter_rounds"]  # 2 tasks a job, every job's groups
+    drawn = [tuple(g) for r in async_rows for g in r["async/groups"]]
+    assert len(drawn) == len(set(drawn))  # no group drawn twice
+
+
+def test_dynamic_sampling_with_stale_jobs_keeps_lags_in_bounds(ray_cluster, tmp_path):
+    rows, _, _ = _run(_config(tmp_path / "run", steps=3, mode="async", max_staleness=1, filter_groups=True,
+                              max_filter_rounds=3))
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["async/lag"] <= 1.0 and r["async/dropped_groups"] == 0.0 for r in rows)
+    assert all(math.isfinite(r["loss/loss"]) for r in rows)
+    assert sum(len(r["async/groups"]) for r in rows) == 2 * sum(r["rollout/filter_rounds"] for r in rows)
+
+
+def test_merge_async_extras_by_hand():
+    from stratagym.training.async_rollout import merge_async_extras
+
+    first = {"async/lag": 1.0, "async/dropped_groups": 0.0, "async/lost_groups": 0.0, "async/restarts": 0.0,
+             "async/publishes": 3.0, "async/publish_s": 0.25, "async/wait_s": 1.0, "async/groups": [["a", 0]],
+             "rollout/other": 5.0}
+    second = {**first, "async/lag": 0.0, "async/publishes": 4.0, "async/publish_s": 0.5, "async/wait_s": 2.0,
+              "async/groups": [["b", 1], ["c", 2]]}
+    assert merge_async_extras([first, second]) == {
+        "async/lag": 1.0, "async/dropped_groups": 0.0, "async/lost_groups": 0.0, "async/restarts": 0.0,
+        "async/publishes": 4.0, "async/publish_s": 0.75, "async/wait_s": 3.0,
+        "async/groups": [["a", 0], ["b", 1], ["c", 2]]}
+    assert merge_async_extras([]) == {}

@@ -18,7 +18,6 @@ def _data(**rollout) -> dict:
     ({"mode": "async", "max_staleness": -1}, "max_staleness must be >= 0"),
     ({"max_staleness": 2}, "set rollout.mode: async"),
     ({"mode": "async", "async_workers": 0}, "rollout.async_workers must be >= 1"),
-    ({"mode": "async", "filter_groups": True}, "does not run with rollout.mode: async"),
     ({"mode": "async", "max_staleness": "1"}, "expected an integer"),
 ])
 def test_bad_async_settings_are_config_errors(rollout, match):
