@@ -183,9 +183,11 @@ def register_tool_parser(name: str) -> Callable[[ToolParser], ToolParser]:
 
 
 def _load_builtin_parsers() -> None:
-    """Register the parsers of :mod:`stratagym.envs.tool_parsers` (imported here, not at the top: that
-    module registers through this one)."""
+    """Register the parsers of :mod:`stratagym.envs.tool_parsers` and
+    :mod:`stratagym.envs.tool_parsers_families` (imported here, not at the top: those modules register
+    through this one)."""
     import stratagym.envs.tool_parsers  # noqa: F401
+    import stratagym.envs.tool_parsers_families  # noqa: F401
 
 
 def get_tool_parser(name: str) -> ToolParser:

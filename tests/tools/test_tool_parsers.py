@@ -18,7 +18,8 @@ QA = "stratagym/SearchQA-v0"
 
 
 def test_the_registry_has_the_formats():
-    assert tool_parsers() == ["hermes", "llama3_json", "mistral", "pythonic"]
+    assert tool_parsers() == ["deepseek_v3", "granite", "hermes", "internlm", "kimi_k2", "llama3_json", "mistral",
+                              "pythonic", "qwen3_coder", "qwen3_xml"]  # the last five: test_tool_parsers_families.py
 
 
 # ---- llama3_json: vllm/tool_parsers/llama_tool_parser.py --------------------------------------------------------

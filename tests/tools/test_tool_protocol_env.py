@@ -85,8 +85,10 @@ def test_arguments_are_never_read_as_tags(qa):
 def test_protocol_and_parser_are_checked():
     with pytest.raises(ConfigError, match="protocol must be one of"):
         gym.make(QA, protocol="json")
-    with pytest.raises(ConfigError, match=r"unknown tool_parser 'granite'; choose one of \['hermes', 'llama3_json', 'mistral', 'pythonic'\]"):
-        gym.make(QA, protocol="tools", tool_parser="granite")
+    with pytest.raises(ConfigError, match=r"unknown tool_parser 'granite4'; choose one of \['deepseek_v3', 'granite', "
+                                          r"'hermes', 'internlm', 'kimi_k2', 'llama3_json', 'mistral', 'pythonic', "
+                                          r"'qwen3_coder', 'qwen3_xml'\]"):
+        gym.make(QA, protocol="tools", tool_parser="granite4")
 
 
 # ---- bad input: each an invalid turn with a named reason ------------------------------------------------------
