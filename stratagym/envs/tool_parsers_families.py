@@ -46,7 +46,7 @@ def _loads(text: str) -> Any:
 # ---- qwen3_xml / qwen3_coder: <tool_call><function=name><parameter=key>value</parameter></function> -----------
 
 _FUNC, _FUNC_END, _QWEN_OPEN, _QWEN_CLOSE = "<function=", "</function>", "<tool_call>", "</tool_call>"
-_PARAM_OPEN = re.compile(r"<\s*parameter\s*=\s*([^>]*)>")
+_PARAM_OPEN = re.compile(r"<\s*parameter\s*=\s*")  # then the key, up to the next ">"
 _PARAM_CLOSE = re.compile(r"<\s*/\s*parameter\s*>")
 
 
@@ -60,15 +60,22 @@ def _qwen3_arguments(name: str, body: str) -> "ToolCall | str":
     """The ``<parameter=key>value</parameter>`` pairs of one function body, every value a string (a later
     duplicate key wins); text between parameters is ignored. A value ends at ``</parameter>`` or where the
     next ``<parameter=`` starts; a last one closed by neither is a reason (vLLM drops it)."""
+    opens: list[tuple[int, str, int]] = []  # (where the tag starts, the key, where the value starts)
+    pos = 0
+    while (m := _PARAM_OPEN.search(body, pos)) is not None:
+        gt = body.find(">", m.end())
+        if gt < 0:  # no later tag can close either: stop (a linear scan, whatever the text)
+            break
+        opens.append((m.start(), body[m.end():gt], gt + 1))
+        pos = gt + 1
     args: dict[str, Any] = {}
-    opens = list(_PARAM_OPEN.finditer(body))
-    for i, m in enumerate(opens):
-        nxt = opens[i + 1].start() if i + 1 < len(opens) else len(body)
-        close = _PARAM_CLOSE.search(body, m.end(), nxt)
+    for i, (_, key, start) in enumerate(opens):
+        nxt = opens[i + 1][0] if i + 1 < len(opens) else len(body)
+        close = _PARAM_CLOSE.search(body, start, nxt)
         if close is None and i + 1 == len(opens):
             return (f"the parameter of the call to {shown_name(name)} is not closed; "
                     "write <parameter=name>value</parameter>")
-        args[m.group(1)] = _trim_one_newline(body[m.end():close.start() if close else nxt])
+        args[key] = _trim_one_newline(body[start:close.start() if close else nxt])
     return ToolCall(name, args)
 
 
@@ -117,7 +124,8 @@ def parse_granite(text: str) -> list["ToolCall | str"]:
     """IBM Granite 3.x: ``<|tool_call|>`` (3.0, a special token) or ``<tool_call>`` (3.1, plain text),
     then a JSON list of ``{"name": ..., "arguments": {...}}`` objects; no closing tag, the list's ``]``
     ends it, text around is allowed. Only ``arguments`` holds the arguments (vLLM reads no ``parameters``
-    here; a call without them has ``{}``). Several markers: their calls in order."""
+    here; a call without them has ``{}``). Several markers: their calls in order; a marker not followed by
+    a whole JSON list is a reason and ends the scan."""
     calls: list[ToolCall | str] = []
     pos = 0
     while (mark := _GRANITE_MARK.search(text, pos)) is not None:
@@ -125,8 +133,7 @@ def parse_granite(text: str) -> list["ToolCall | str"]:
         if decoded is None or not isinstance(decoded[0], list):
             calls.append("after <|tool_call|> comes a JSON list of calls, "
                          '[{"name": ..., "arguments": {...}}]; this is not one')
-            pos = mark.end()
-            continue
+            break
         items, pos = decoded
         calls.extend(call_from_object(o) for o in items)
         if not items:
@@ -196,8 +203,7 @@ def parse_kimi_k2(text: str) -> list["ToolCall | str"]:
 # ---- deepseek_v3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```... ---
 
 _DS_CALLS, _DS_CALL = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"
-# one call: its type, the separator, the name, then the arguments on one line in a ```json fence
-_DS_FORM = re.compile("<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)\n```json\n(.*)\n```<｜tool▁call▁end｜>")
+_DS_SEP, _DS_FENCE, _DS_CLOSE = "<｜tool▁sep｜>", "```json\n", "```<｜tool▁call▁end｜>"
 _DS_SHAPE = ("a DeepSeek tool call is <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME, a newline, ```json, a newline, "
              "the arguments on one line, a newline, ``` and <｜tool▁call▁end｜>")
 
@@ -211,13 +217,36 @@ def parse_deepseek_v3(text: str) -> list["ToolCall | str"]:
     if _DS_CALLS not in text:
         return [f"a DeepSeek tool call must follow {_DS_CALLS}"] if _DS_CALL in text else []
     calls: list[ToolCall | str] = []
-    pos = 0
+    pos, line = 0, (-1, -1, -1)  # the current line: where it starts, its newline, its last separator
     while (start := text.find(_DS_CALL, pos)) >= 0:
-        m = _DS_FORM.match(text, start)
-        if m is None:
+        pos = start + len(_DS_CALL)
+        if not line[0] <= start < line[1]:  # found once per line, so the scan stays linear
+            nl = text.find("\n", start)
+            nl = len(text) if nl < 0 else nl
+            line = (start, nl, text.rfind(_DS_SEP, start, nl))
+        found = _ds_call(text, pos, line[1], line[2])
+        if found is None:
             calls.append(_DS_SHAPE)
-            pos = start + len(_DS_CALL)
             continue
-        calls.append(call_from_object({"name": m.group(2), "arguments": m.group(3)}))
-        pos = m.end()
+        calls.append(found[0])
+        pos = found[1]
     return calls or [f"{_DS_CALLS} is followed by no {_DS_CALL}"]
+
+
+def _ds_call(text: str, start: int, nl: int, sep: int) -> "tuple[ToolCall | str, int] | None":
+    """The call whose marker ends at ``start``, and where it ends, or None when it is not in the form.
+
+    vLLM matches ``<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)\\n```json\\n(.*)\\n```<｜tool▁call▁end｜>``
+    with a ``.`` that does not cross lines: so the name is the rest of the marker's line after its last
+    separator, and the arguments are the whole line after the fence. Read here without backtracking. The
+    type before the separator must be ``function`` (vLLM's ``ToolCall.type`` is ``Literal["function"]``)."""
+    if nl >= len(text) or sep < start or not text.startswith(_DS_FENCE, nl + 1):
+        return None
+    args_at = nl + 1 + len(_DS_FENCE)
+    args_end = text.find("\n", args_at)
+    if args_end < 0 or not text.startswith(_DS_CLOSE, args_end + 1):
+        return None
+    name = text[sep + len(_DS_SEP):nl]
+    if text[start:sep] != "function":  # vLLM's ToolCall takes only this type; any other makes it drop every call
+        return "a DeepSeek tool call's type (before <｜tool▁sep｜>) must be function", args_end + 1 + len(_DS_CLOSE)
+    return call_from_object({"name": name, "arguments": text[args_at:args_end]}), args_end + 1 + len(_DS_CLOSE)

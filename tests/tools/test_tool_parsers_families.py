@@ -98,7 +98,7 @@ def test_granite_reads_vllms_format(text, calls):
 
 
 @pytest.mark.parametrize("text, reason", [
-    # vLLM: a bare object after the marker is content, no call (the body must be an array, :85-89 of the config)
+    # vLLM: a bare object after the marker is content, no call (the body must be an array, engine/parser_engine_config.py:85-89)
     ('<|tool_call|>{"name": "search", "arguments": {"query": "x"}}', "after <|tool_call|> comes a JSON list of calls"),
     # vLLM reads an unclosed list's elements; here the list must be whole JSON
     ('<|tool_call|>[{"name": "search", "arguments": {"query": "x"}}', "after <|tool_call|> comes a JSON list of calls"),
@@ -108,6 +108,12 @@ def test_granite_reads_vllms_format(text, calls):
 ])
 def test_granite_bad_calls_are_reasons(text, reason):
     assert GRANITE(text)[0].startswith(reason)
+
+
+def test_granite_an_unreadable_list_ends_the_scan():
+    calls = GRANITE('<|tool_call|>[{"name": "search", "arguments": {"query": "x"}}] <|tool_call|>[oops] '
+                    '<|tool_call|>[{"name": "answer", "arguments": {"text": "y"}}]')
+    assert calls[0] == S and len(calls) == 2 and calls[1].startswith("after <|tool_call|> comes a JSON list")
 
 
 # ---- internlm: vllm/tool_parsers/internlm2_tool_parser.py --------------------------------------------------------
@@ -209,6 +215,11 @@ def test_deepseek_v3_reads_vllms_format(text, calls):
     # pattern's "." does not cross lines), a missing closing fence or <｜tool▁call▁end｜>
     (DS_CALLS + ds("search", '{"query":\n "x"}'), "a DeepSeek tool call is"),
     (f'{DS_CALLS}{DS_CALL}function{DS_SEP}search\n```json\n{{"query": "x"}}\n```', "a DeepSeek tool call is"),
+    # the pattern's first group is greedy within the line (:49-51): a marker before a whole call makes the call's type
+    # "junk<｜tool▁call▁begin｜>function", and vLLM's ToolCall takes only "function" (entrypoints/generate/base/
+    # protocol.py:327): the exception drops every call of the turn (:119-123); here the call is named
+    (DS_CALLS + "<｜tool▁call▁begin｜>junk" + ds("search", QX), "a DeepSeek tool call's type (before <｜tool▁sep｜>)"),
+    (DS_CALLS + ds("search", QX).replace("function", "tool"), "a DeepSeek tool call's type"),
     # vLLM passes unreadable JSON on as the arguments (:103-108)
     (DS_CALLS + ds("search", '{"query": }'), "the arguments of the call to 'search' are not valid JSON"),
     # vLLM returns a call without the calls' marker as text (:87-90)
@@ -217,6 +228,26 @@ def test_deepseek_v3_reads_vllms_format(text, calls):
 ])
 def test_deepseek_v3_bad_calls_are_reasons(text, reason):
     assert DEEPSEEK(text)[0].startswith(reason)
+
+
+# ---- long hostile text: each parser scans it once (the env caps a turn at max_action_chars, 16,384 by default,
+# but an env may allow more; a backtracking pattern or a rescan per marker would take minutes here) ------------------
+
+N = 100_000
+
+
+@pytest.mark.parametrize("parser, text, first", [
+    ("qwen3_xml", "<function=f>" + "<parameter=" * (N // 11), ToolCall("f", {})),
+    ("qwen3_xml", "<function=f>" + "<parameter=a>" * (N // 13), "the parameter of the call to 'f' is not closed"),
+    ("granite", "<|tool_call|>[" * (N // 14), "after <|tool_call|> comes a JSON list of calls"),
+    ("internlm", "<|action_start|><|plugin|>{" * (N // 27), "the tool call is not valid JSON"),
+    ("kimi_k2", SEC + CALL + "a:" * (N // 2), "a Kimi tool call starts with its id"),
+    ("deepseek_v3", DS_CALLS + (DS_CALL + DS_SEP) * (N // 30), "a DeepSeek tool call is"),
+    ("deepseek_v3", DS_CALLS + DS_CALL + (DS_SEP + "\n```json\n") * (N // 20), "a DeepSeek tool call is"),
+])
+def test_long_hostile_text_is_read_in_one_scan(parser, text, first):
+    calls = get_tool_parser(parser)(text)
+    assert calls[0] == first if isinstance(first, ToolCall) else calls[0].startswith(first)
 
 
 # ---- on the env ---------------------------------------------------------------------------------------------------
