@@ -91,3 +91,39 @@ WELL_FORMED = [
 @pytest.mark.parametrize("parser, text", WELL_FORMED)
 def test_stratagym_reads_the_calls_vllm_reads(tokenizer, parser, text):
     assert ours(parser, text) == vllm_calls(tokenizer, parser, text)
+
+
+# ---- generated calls: random names, keys and values, written in each format as its template writes them -------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_IDENT = st.from_regex(r"[a-z_][a-z0-9_]{0,11}", fullmatch=True)
+_TEXT = st.text(st.sampled_from("abcXYZ019 .,:;!?'\"-/=()&%$#@~`|"), max_size=20)  # no markup characters, no newlines
+_EDGE = st.sampled_from(["", " ", "  ", "\t"])
+_VALUE = st.tuples(_EDGE, _TEXT, _EDGE).map("".join)  # spaces at the edges are part of a value
+_CALLS = st.lists(st.tuples(_IDENT, st.dictionaries(_IDENT, _VALUE, max_size=3)), min_size=1, max_size=3)
+
+
+def _render(parser: str, calls: list[tuple[str, dict]]) -> str:
+    if parser == "qwen3_xml":  # Qwen3-Coder's chat template layout
+        return "".join("<tool_call>\n<function=" + n + ">\n"
+                       + "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in a.items())
+                       + "</function>\n</tool_call>\n" for n, a in calls)
+    if parser == "granite":
+        return "<|tool_call|>" + json.dumps([{"name": n, "arguments": a} for n, a in calls])
+    if parser == "internlm":  # one call a turn: vLLM's parser raises on a second marker
+        n, a = calls[0]
+        return "<|action_start|><|plugin|>\n" + json.dumps({"name": n, "parameters": a}) + "<|action_end|>"
+    if parser == "kimi_k2":
+        return SEC + "".join(f"{CALL}functions.{n}:{i}{ARG}{json.dumps(a)}{CEND}" for i, (n, a) in enumerate(calls)) + END
+    return DS_CALLS + "\n".join(ds(n, json.dumps(a)) for n, a in calls) + DS_END
+
+
+@settings(max_examples=60, deadline=None)
+@given(parser=st.sampled_from(["qwen3_xml", "granite", "internlm", "kimi_k2", "deepseek_v3"]), calls=_CALLS,
+       before=_VALUE)
+def test_generated_calls_read_the_same_on_both_sides(tokenizer, parser, calls, before):
+    text = before + _render(parser, calls)
+    expected = calls[:1] if parser == "internlm" else calls
+    assert ours(parser, text) == vllm_calls(tokenizer, parser, text) == [(n, a) for n, a in expected]
