@@ -329,7 +329,8 @@ def envs():
 
 
 @settings(max_examples=150, deadline=None)
-@given(parser=st.sampled_from(sorted(FORMATS)), text=st.lists(st.sampled_from(_PIECES), max_size=40).map("".join))
+@given(parser=st.sampled_from(sorted(FORMATS)),
+       text=st.one_of(st.lists(st.sampled_from(_PIECES), max_size=40).map("".join), st.text(max_size=200)))
 def test_any_text_in_any_format_is_a_step_never_an_exception(envs, parser, text):
     calls = get_tool_parser(parser)(text)
     assert all(isinstance(c, (ToolCall, str)) for c in calls)
