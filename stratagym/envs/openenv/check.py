@@ -141,10 +141,18 @@ def soak_envs(make_env: Callable[[], Any], *, episodes: int = 1000, sessions: in
     todo = list(range(episodes))
     total = episodes
 
+    # Samples every `stride` episodes (taken by the worker that starts that episode) as well as every 0.2 s:
+    # a fast env can play the whole run between two timed samples, which would leave no sample after the
+    # warm-up to compare, whatever it leaked.
+    stride = max(1, episodes // 20)
+
+    def take_sample() -> None:  # the caller holds the lock
+        report.samples.append({"done": float(total - len(todo)), **process_resources(pid)})
+
     def sample() -> None:
         if pid is not None:
             with lock:
-                report.samples.append({"done": float(total - len(todo)), **process_resources(pid)})
+                take_sample()
 
     def worker(index: int) -> None:
         env = make_env()
@@ -156,6 +164,8 @@ def soak_envs(make_env: Callable[[], Any], *, episodes: int = 1000, sessions: in
                     if not todo:
                         return
                     episode = todo.pop()
+                    if pid is not None and (total - len(todo)) % stride == 0:
+                        take_sample()
                 try:
                     _, info = env.reset(seed=episode)
                     with lock:
