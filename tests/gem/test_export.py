@@ -108,5 +108,21 @@ def test_random_actions_spawn_and_bad_text():
     assert isinstance(obs, str) and info["action_valid"] is False
     twin = env.spawn()
     assert twin.strata_id == env.strata_id and twin.reset(seed=0)[0] == env.reset(seed=0)[0]
-    with pytest.raises(NotImplementedError, match="same task_id and seed"):
-        env.spawn(same_state=True)
+    with pytest.raises(ValueError, match="drop the overrides"):
+        env.spawn(same_state=True, max_steps=3)
+
+
+@pytest.mark.parametrize("env_id", ["stratagym/SearchStrata-v0", "stratagym/CueCorridor-v0"])
+def test_spawn_same_state_replays_the_episode_and_answers_as_the_original(env_id):
+    env = gem.make(env_id)
+    env.reset(seed=3)
+    for _ in range(2):
+        env.step(env.sample_random_action())
+    twin = env.spawn(same_state=True)
+    assert twin._info["context_hashes"] == env._info["context_hashes"] and twin._info["step"] == env._info["step"]
+    action = env.sample_random_action()
+    assert twin.step(action) == env.step(action)  # same observation, reward, flags and info
+    fresh = gem.make(env_id)
+    with pytest.raises(ValueError, match="reset\\(seed=...\\)"):
+        fresh.reset()
+        fresh.spawn(same_state=True)

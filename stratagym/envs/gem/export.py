@@ -41,6 +41,8 @@ class StrataGemEnv(gem.Env):
         self._agent = RandomAgent(self._env, seed=0 if seed is None else int(seed))
         self._info: dict[str, Any] = {}
         self._episode = EpisodeKey("", None)
+        #: the current episode as (reset seed, reset options, actions so far): what spawn(same_state=True) replays
+        self._replay: tuple[int | None, dict[str, Any] | None, list[str]] | None = None
 
     @property
     def strata_env(self) -> Any:
@@ -60,12 +62,15 @@ class StrataGemEnv(gem.Env):
             {"task_index": task_index} if task_index is not None else None)
         observation, info = self._env.reset(seed=seed, options=options)
         self._info, self._episode = info, EpisodeKey(str(info["task_id"]), seed)
+        self._replay = (seed, options, [])
         return observation, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """One turn of the stratagym env; bad agent text is an ordinary step with ``action_valid=False``."""
         observation, reward, terminated, truncated, info = self._env.step(action)
         self._info = info
+        if self._replay is not None:
+            self._replay[2].append(action)
         return observation, float(reward), bool(terminated), bool(truncated), info
 
     def sample_random_action(self) -> str:
@@ -74,12 +79,30 @@ class StrataGemEnv(gem.Env):
         return self._agent.act([""], [self._info], [self._episode])[0]
 
     def spawn(self, same_state: bool = False, **kwargs: Any) -> "StrataGemEnv":
-        """A new env with this one's configuration (``kwargs`` override it). ``same_state=True`` is not
-        supported: a stratagym state is restarted from its (task_id, seed) instead."""
-        if same_state:
-            raise NotImplementedError("stratagym envs do not copy a live state; reset a new env with the same "
-                                      "task_id and seed to start from the same state")
-        return StrataGemEnv(self.strata_id, **{**self._kwargs, **kwargs})
+        """A new env with this one's configuration (``kwargs`` override it).
+
+        ``same_state=True``: the new env is in this one's state, reached the way stratagym states are
+        defined, by replaying the episode (the same reset, then its actions in order)
+        rather than by copying live objects, which may hold processes, sockets or engines. stratagym envs
+        are deterministic given the task, the seed and the actions, so the copy answers the next action
+        as this env would. It needs an episode reset with a seed and the same configuration (no ``kwargs``)."""
+        if not same_state:
+            return StrataGemEnv(self.strata_id, **{**self._kwargs, **kwargs})
+        if kwargs:
+            raise ValueError(f"spawn(same_state=True) copies this env's state under its own configuration; "
+                             f"drop the overrides {sorted(kwargs)} or spawn without same_state")
+        if self._replay is None:  # no episode yet: there is no state beyond the configuration
+            return StrataGemEnv(self.strata_id, **self._kwargs)
+        seed, options, actions = self._replay
+        if seed is None:
+            raise ValueError("spawn(same_state=True) replays the episode, which needs its reset seed: "
+                             "reset(seed=...) before spawning the same state")
+        twin = StrataGemEnv(self.strata_id, **self._kwargs)
+        _, info = twin._env.reset(seed=seed, options=options)  # the same reset (a task_id option or the seed's pick)
+        for action in actions:
+            info = twin._env.step(action)[-1]
+        twin._info, twin._episode, twin._replay = info, self._episode, (seed, options, list(actions))
+        return twin
 
     def close(self) -> None:
         """Close the stratagym env (GEM's base Env has no close; stratagym's envs may hold processes)."""
