@@ -2,9 +2,10 @@
 """Synchronous vs asynchronous rollouts (issue 33): tokens/s and optimizer steps per hour, side by side.
 
     OMP_NUM_THREADS=1 python benchmarks/async_rollouts.py [--steps 4] [--repeats 3] [--tasks 2] [--group 4]
-                                                          [--max-new 24] [--env stratagym/SearchQA-v0]
+                                                          [--max-new 24] [--max-turns 2] [--env stratagym/SearchQA-v0]
+    OMP_NUM_THREADS=1 python benchmarks/async_rollouts.py --recipe recipes/cpu/grpo-tiny-searchqa.yaml --max-turns 4
 
-Three trainers on the same recipe (the tiny local model, ``--tasks`` x ``--group`` episodes per step):
+Three trainers on the same recipe (the tiny local model, or ``--recipe``'s policy and env; ``--tasks`` x ``--group`` episodes per step):
 ``sync`` (``rollout.mode: sync``), ``async-1`` (1 rollout actor, ``max_staleness: 1``) and ``async-2``
 (2 actors, ``max_staleness: 2``). Each is built once and trains one untimed warm-up step (it starts the
 actors and loads their models); then every repeat times ``--steps`` more steps of each, in a rotated
@@ -36,13 +37,24 @@ sys.path.insert(0, str(_HERE.parent))
 
 
 def _recipe(args: argparse.Namespace, out: str, mode: str, workers: int, staleness: int) -> dict:
-    kwargs = {"max_turns": 1} if args.env == "stratagym/SearchQA-v0" else {}
+    """The timed recipe: ``--recipe``'s policy and env (its model, prompt and env kwargs, e.g. the
+    committed SFT checkpoint's), or the tiny model on ``--env``; the rollout, loss and train settings
+    are the benchmark's own, so only the model and the env differ between figures."""
+    if args.recipe:
+        import yaml
+
+        base = yaml.safe_load(Path(args.recipe).read_text())
+        policy = {**base["policy"], "max_new_tokens": args.max_new}
+        env = {key: base["env"][key] for key in ("id", "tasks", "kwargs") if key in base["env"]}
+    else:
+        policy = {"model": "tiny", "max_new_tokens": args.max_new, "memory_k": 1}
+        env = {"id": args.env, "kwargs": {"max_turns": 1} if args.env == "stratagym/SearchQA-v0" else {}}
     return {
         "name": f"bench-{mode}-{workers}",
-        "policy": {"model": "tiny", "max_new_tokens": args.max_new, "memory_k": 1},
-        "env": {"id": args.env, "kwargs": kwargs},
-        "rollout": {"group_size": args.group, "tasks_per_step": args.tasks, "max_turns": 2, "mode": mode,
-                    "max_staleness": staleness, "async_workers": workers},
+        "policy": policy,
+        "env": env,
+        "rollout": {"group_size": args.group, "tasks_per_step": args.tasks, "max_turns": args.max_turns,
+                    "mode": mode, "max_staleness": staleness, "async_workers": workers},
         "algorithm": {"estimator": "grpo", "invalid_action_penalty": 0.1},
         "loss": {"off_policy": {"tis": "token", "tis_cap": 2.0}},
         "optim": {"lr": 1.0e-4},
@@ -57,7 +69,11 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=24)
-    ap.add_argument("--env", default="stratagym/SearchQA-v0")
+    ap.add_argument("--env", default="stratagym/SearchQA-v0", help="with the tiny model (no --recipe)")
+    ap.add_argument("--recipe", default=None,
+                    help="take the policy and env from this recipe (e.g. recipes/cpu/grpo-tiny-searchqa.yaml: "
+                         "the committed SFT model)")
+    ap.add_argument("--max-turns", type=int, default=2, help="turns per episode")
     args = ap.parse_args()
 
     import ray
@@ -99,7 +115,9 @@ def main() -> int:
                 if "async/publishes" in rows[0]:
                     puts = rows[-1]["async/publishes"] - rows[0]["async/publishes"] + 1
                     publish.append(sum(r["async/publish_s"] for r in rows) / max(puts, 1))
-        print(f"env {args.env}, tiny model, {args.tasks} tasks x {args.group} episodes per step, "
+        model = trainers["sync"].config.policy["model"]
+        env_id = trainers["sync"].config.env.id
+        print(f"env {env_id}, model {model}, {args.max_turns} turns, {args.tasks} tasks x {args.group} episodes per step, "
               f"{args.steps} steps x {args.repeats} repeats, {os.cpu_count()} CPUs, load {load0[0]:.1f} -> "
               f"{os.getloadavg()[0]:.1f}")
         print(f"{'trainer':<9} {'tokens/s':>24} {'steps/hour':>24} {'mean lag':>9} {'dropped':>8}")

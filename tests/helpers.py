@@ -1,7 +1,10 @@
-"""Shared test helper: play episodes through the project's one rollout loop and get eval rows."""
+"""Shared test helpers: play episodes through the project's one rollout loop and get eval rows; wait for a
+training run's checkpoint before killing it."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any, Sequence
 
 from stratagym.agents.scripted import ScriptedPolicy
@@ -26,3 +29,25 @@ def play_records(envs: Sequence[Any], agent: Any, episodes: Sequence[tuple[int |
             info_keys = ()
     trajs = play(policy, wanted, env_id=spec_id or "", pool=InProcessPool.from_envs(envs), batch_size=len(envs), greedy=greedy)
     return [EpisodeRecord.from_trajectory(t, info_keys) for t in trajs]
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, output_dir: Path, step: int, *, timeout: float,
+                        log: Path | None = None) -> None:
+    """Wait until ``output_dir`` holds a complete checkpoint of step >= ``step`` while ``proc`` (a
+    training run) lives; then the caller kills it. Fails if the run ended first (make it longer).
+
+    ``latest_checkpoint`` reads the ``latest`` pointer, written just after a checkpoint folder is
+    renamed into place, so a kill between the two resumes from the previous, still complete, step."""
+    import time
+
+    from stratagym.training.checkpoint import latest_checkpoint
+
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        ckpt = latest_checkpoint(output_dir)
+        if ckpt is not None and int(ckpt.name.split("-")[1]) >= step:
+            return
+        time.sleep(0.02)
+    ended = "ended" if proc.poll() is not None else f"wrote no checkpoint of step {step} in {timeout:.0f} s"
+    tail = log.read_text()[-2000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"training {ended} before it could be killed; make it longer\n{tail}")

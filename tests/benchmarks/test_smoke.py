@@ -26,8 +26,10 @@ BENCHMARKS = REPO / "benchmarks"
 # script -> (arguments for its smallest run, a regular expression its output must match). "{tmp}" is
 # replaced by a fresh folder of the test.
 SMOKE: dict[str, tuple[list[str], str]] = {
-    # sync vs async rollouts on Ray: three trainers, one step each after the warm-up
-    "async_rollouts.py": (["--steps", "1", "--repeats", "1", "--tasks", "1", "--group", "2", "--max-new", "4"],
+    # sync vs async rollouts on Ray: three trainers, one step each after the warm-up, on the committed
+    # SFT model's recipe (the policy and env read from it)
+    "async_rollouts.py": (["--steps", "1", "--repeats", "1", "--tasks", "1", "--group", "2", "--max-new", "4",
+                           "--recipe", "recipes/cpu/grpo-tiny-searchqa.yaml"],
                           r"steps/hour ratio to sync: async-1 \d+\.\d\d, async-2 \d+\.\d\d"),
     "advantages.py": (["--sizes", "200", "--ref-max", "200", "--repeat", "1"], r"(?m)^hgpo\(K=4\)\s+200\s"),
     "alfworld.py": (["--steps", "5", "--games", "1", "--repeats", "1", "--env-steps", "10"],

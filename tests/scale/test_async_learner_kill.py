@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from stratagym.training.checkpoint import latest_checkpoint
+from tests.helpers import wait_for_checkpoint
 from stratagym.training.config import RecipeConfig
 from stratagym.training.trainer import Trainer
 
@@ -113,13 +114,7 @@ def test_learner_killed_with_sigkill_resumes_and_trains_no_group_twice(tmp_path)
     proc = _start(recipe, tmp_path / "first.log")
     ray_seen: dict[int, str] = {}
     try:
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None:
-            ckpt = latest_checkpoint(out)
-            if ckpt is not None and int(ckpt.name.split("-")[1]) >= 2:
-                break
-            time.sleep(0.02)
-        assert proc.poll() is None, "training ended before it could be killed: " + (tmp_path / "first.log").read_text()[-2000:]
+        wait_for_checkpoint(proc, out, 2, timeout=300, log=tmp_path / "first.log")
         ray_seen = _session(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)  # the learner and every Ray daemon in its process group
         proc.wait(timeout=30)

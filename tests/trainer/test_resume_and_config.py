@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import yaml
 from stratagym.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from stratagym.training.config import RecipeConfig, load_recipe
 from stratagym.envs.core import ConfigError
-from tests.trainer.conftest import available
+from tests.helpers import wait_for_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,8 +155,6 @@ def _metrics(out: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_kill_minus_9_then_resume_matches_uninterrupted_run(tmp_path):
-    if not available(RESUME_ENV):
-        pytest.skip("SearchQA not available")
     steps = 6
     ref_out, cut_out = tmp_path / "ref", tmp_path / "cut"
     subprocess.run(_train_cmd(_recipe(tmp_path, ref_out, steps)), check=True, env=_env(), cwd=REPO,
@@ -169,15 +166,7 @@ def test_kill_minus_9_then_resume_matches_uninterrupted_run(tmp_path):
     proc = subprocess.Popen(_train_cmd(recipe), env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seen_incomplete = []
     try:
-        deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None:
-            # the `latest` pointer is written just after a checkpoint folder is renamed into place: wait
-            # for the pointer (a kill between the two resumes from the previous, still complete, step)
-            done = latest_checkpoint(cut_out)
-            if done is not None and int(done.name.split("-")[1]) >= 2:
-                break
-            time.sleep(0.02)
-        assert proc.poll() is None, "training finished before it could be killed; make it longer"
+        wait_for_checkpoint(proc, cut_out, 2, timeout=600)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:

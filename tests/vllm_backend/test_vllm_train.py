@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these only where vLLM is installed)
 
 from stratagym.training.checkpoint import latest_checkpoint  # noqa: E402
+from tests.helpers import wait_for_checkpoint  # noqa: E402
 from tests.vllm_backend.test_vllm_generation import ENV_KWARGS, SFT  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,13 +77,7 @@ def test_vllm_training_killed_and_resumed_equals_uninterrupted(tmp_path):
     recipe = _recipe(tmp_path, cut_out)
     proc = subprocess.Popen(_cmd(recipe), env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None:
-            ckpt = latest_checkpoint(cut_out)
-            if ckpt is not None and int(ckpt.name.split("-")[1]) >= 2:
-                break
-            time.sleep(0.02)
-        assert proc.poll() is None, "training finished before it could be killed; make it longer"
+        wait_for_checkpoint(proc, cut_out, 2, timeout=600)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:

@@ -24,8 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stratagym.envs import core
-from stratagym.envs.core import ConfigError, ContextTracker, StepResult, TextEnv, sanitize_action, stable_hash
+from stratagym.envs.core import ConfigError, StepResult, TextEnv, stable_hash
 from stratagym.envs.search_qa.data import BUNDLED_CORPUS, QAExample, bundled_corpus, load_qa
 from stratagym.envs.search_qa.index import make_retriever
 from stratagym.envs.search_qa.overlap import episode_overlap
@@ -53,9 +52,6 @@ TOOLS_INSTRUCTION = (
 PASSAGE_TABLE = PassageText()
 _INVALID_HASH = stable_hash(INVALID_ACTION_MESSAGE)
 _CONTENTS = attrgetter("contents")  # a hit's passage text, read in C
-#: The methods :meth:`SearchQAEnv.step`'s search path stands for: a subclass that overrides one of them
-#: takes the general path (``TextEnv.step``).
-_FUSED = ("_step", "_search", "_last_turn", "_finish_step", "_info", "_fit", "admissible_actions")
 
 
 class SearchQAEnv(TextEnv):
@@ -148,8 +144,6 @@ class SearchQAEnv(TextEnv):
         # a dataset without one
         self._overlap = episode_overlap(self.dataset, self.split)
         self._example: QAExample | None = None
-        cls = type(self)
-        self._fused = self._tools is None and all(getattr(cls, name) is getattr(SearchQAEnv, name) for name in _FUSED)
 
     # ---- tasks ----------------------------------------------------------------------------------
     def task_ids(self) -> Sequence[str]:
@@ -179,50 +173,6 @@ class SearchQAEnv(TextEnv):
         return info
 
     # ---- steps ----------------------------------------------------------------------------------
-    def step(self, action: str):
-        """``TextEnv.step``, with a search before the last turn done in one frame.
-
-        Why: a search step runs right after a retrieval that has evicted the env's code and data from
-        the CPU caches, so every layer (``_step``, ``_search``, ``_last_turn``, the ``StepResult``,
-        ``_finish_step``, ``_info``) costs its cold cache lines. This is exactly what those layers do for
-        that case (``tests/search_qa/test_env.py`` replays random episodes through both paths); every
-        other step, and a subclass that overrides one of them, goes through them.
-        """
-        if self._done or self._task_id is None or not self._fused:
-            return TextEnv.step(self, action)
-        text, problem = sanitize_action(action, self.max_action_chars)
-        if problem is not None:
-            return self._finish_step(self.invalid_action_result(problem))
-        kind, text, _ = parse_turn(text, max_query_chars=self.max_query_chars,
-                                   accept_unclosed_tags=self.accept_unclosed_tags)
-        if kind != "search" or self._step_index + 1 >= self.max_steps:  # not a search, or the last turn
-            return self._finish_step(self._answer(text) if kind == "answer" else
-                                     self._invalid(text) if kind == "invalid" else self._search(text))
-        # _search before the last turn, then _finish_step for its result (a valid "search" that neither
-        # terminates nor truncates: the step index stays below max_steps)
-        info: dict[str, Any] = {"query": text}
-        try:
-            hits = self.retriever.batch_search([text], self.topk)[0]
-            observation, state_hash = PASSAGE_TABLE.block(tuple(map(_CONTENTS, hits)))
-        except Exception as exc:  # as in _search
-            observation, state_hash = _retrieval_failed(exc, info), None
-        self._tool_calls["search"] += 1
-        if len(observation) > self.max_observation_chars:
-            observation = self._fit(observation)
-        self._step_index += 1
-        self._last_observation = observation
-        context = self._context
-        if state_hash is not None:
-            context.push_hash(state_hash)
-        else:
-            context.push(observation)
-        make_info = core._make_info
-        if make_info is not None and type(context) is ContextTracker:  # what _info checks ("query" is no standard key)
-            info = make_info(self._task_id, self._step_index, True, self._tool_calls, context._levels, False, 0.0, info)
-        else:
-            info = self._info(action_valid=True, won=False, score=0.0, extra=info)
-        return observation, 0.0, False, False, info
-
     def _step(self, action: str) -> StepResult:
         kind, text, _ = parse_turn(action, max_query_chars=self.max_query_chars,
                                    accept_unclosed_tags=self.accept_unclosed_tags)
