@@ -150,7 +150,7 @@ def main() -> int:
 
     episodes = questions[: args.episodes]
 
-    def overhead(inner, warm: str = "", layered: bool = False) -> tuple[float, float, float]:
+    def overhead(inner, warm: str = "") -> tuple[float, float, float]:
         """Median env overhead per search step (step minus its retriever call) as % of the median
         retriever call, and both medians in us. Medians, because on a shared machine a few steps are
         interrupted by other jobs and their wall time says nothing about the code.
@@ -160,9 +160,7 @@ def main() -> int:
         plays the episodes three times unmeasured, so every passage and every whole result is in the table (as
         when a GRPO group's rollouts repeat a query); ``warm="passages"`` then forgets the whole results,
         so every passage is known but each result is assembled from its pieces (popular passages met
-        in new combinations). ``layered=True`` turns off ``SearchQAEnv``'s one-frame search path, so every
-        step goes through the base class's layers (``TextEnv.step`` -> ``_step`` -> ``_search`` ->
-        ``_finish_step``), the path every other env takes."""
+        in new combinations)."""
         PASSAGE_TABLE.clear()
         timed = Timed(inner)
         if warm:
@@ -176,8 +174,6 @@ def main() -> int:
             if warm == "passages":
                 PASSAGE_TABLE.clear(blocks_only=True)
         env = SearchQAEnv(dataset=str(tmp / "test.jsonl"), split="test", retriever=timed)
-        if layered:
-            env._fused = False
         extra, retrieval = [], []
         for ex in episodes:
             env.reset(options={"task_id": ex.id})
@@ -215,7 +211,7 @@ def main() -> int:
             return [canned[q] for q in qs]
 
     retrievers["canned"], retrievers["canned-sweep"] = Canned(0), Canned(1 << 20)
-    rows = ["lean", "lean-layered", "stock", "lean-copy", "lean-passages", "lean-results", "canned", "canned-sweep"]
+    rows = ["lean", "stock", "lean-copy", "lean-passages", "lean-results", "canned", "canned-sweep"]
     modes = ("C", "Python") if speedups.available() else ("Python",)
     res = {(name, mode): [] for name in rows for mode in modes}
     warmth = {"lean-passages": "passages", "lean-results": "results", "canned": "results", "canned-sweep": "results"}
@@ -225,14 +221,13 @@ def main() -> int:
             for j, name in enumerate(rows if i % 2 == 0 else rows[::-1]):
                 for mode in (modes if (i + j) % 2 == 0 else modes[::-1]):  # A/B order alternates too
                     speedups.use(mode == "C")
-                    res[name, mode].append(overhead(retrievers.get(name, lean), warm=warmth.get(name, ""),
-                                                    layered=name == "lean-layered"))
+                    res[name, mode].append(overhead(retrievers.get(name, lean), warm=warmth.get(name, "")))
     finally:
         speedups.use(before)
     print(f"\nenv overhead per search step ({len(episodes)} oracle episodes, "
           f"{sum(len(ex.oracle_queries) for ex in episodes)} searches per repeat; C: with the C speed-ups, "
           f"Python: the pure-Python fallback{'' if 'C' in modes else ' -- the C speed-ups are not built here'}):")
-    for name, label in (("lean", "default retriever"), ("lean-layered", "default, base-class step layers"), ("lean-passages", "default, passages met before"),
+    for name, label in (("lean", "default retriever"), ("lean-passages", "default, passages met before"),
                         ("lean-results", "default, same results before"), ("lean-copy", "lean tokenizer, top-k on a copy"),
                         ("stock", "bm25s's query path")):
         for mode in modes:
