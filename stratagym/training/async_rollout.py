@@ -2,8 +2,9 @@
 
 Why: the synchronous trainer collects a batch, then trains on it, so the generator idles while the
 learner trains and the other way round. Here each rollout worker is a Ray actor holding its own copy of
-the policy (the ``hf`` backend on CPU) and its own in-process envs; the learner keeps the workers busy
-with *jobs* and trains on whichever job arrives first.
+the policy (the recipe's backend: ``hf``, or ``vllm`` with the worker's own in-process engine, into which
+the policy reloads new weights before its next generation) and its own in-process envs; the learner
+keeps the workers busy with *jobs* and trains on whichever job arrives first.
 
 The rules (docs/async.md):
 
