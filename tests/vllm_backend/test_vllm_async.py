@@ -18,9 +18,7 @@ The checks, from the committed SFT checkpoint through ``stratagym train`` (a sub
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,36 +28,28 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these only where vLLM is installed)
 
-from tests.vllm_backend.test_vllm_generation import ENV_KWARGS, SFT  # noqa: E402
+from tests.vllm_backend.test_vllm_train import REPO, _cmd, _env  # noqa: E402
+from tests.vllm_backend.test_vllm_train import _recipe as _train_recipe  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
 
 
 def _recipe(tmp_path: Path, out: Path, rollout: dict) -> Path:
-    data = {
-        "name": f"vllm-{out.name}",
-        "policy": {"model": str(SFT), "max_new_tokens": 48, "memory_k": 4, "backend": "vllm",
-                   "vllm": {"max_model_len": 1024}},
-        "env": {"id": "stratagym/SearchQA-v0", "tasks": "1500:", "kwargs": {**ENV_KWARGS, "split": "train"}},
-        "rollout": {"group_size": 4, "tasks_per_step": 2, "parity_max": 0.05, **rollout},
-        "algorithm": {"estimator": "grpo"},
-        "loss": {"clip_low": 0.2, "agg": "token-mean"},
-        # a large step, so that an engine left on the old weights would show in the parity figures
-        "optim": {"lr": 1.0e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
-        "train": {"total_steps": STEPS, "seed": 0, "output_dir": str(out), "save_every": 0, "eval_every": 0,
-                  "progress": False, "tensorboard": False},
-    }
-    p = tmp_path / f"{out.name}.yaml"
-    p.write_text(yaml.safe_dump(data))
-    return p
+    """test_vllm_train's recipe (the committed SFT model on SearchQA, ``parity_max`` 0.05) for ``STEPS``
+    steps without checkpoints, with ``rollout`` on top."""
+    path = _train_recipe(tmp_path, out)
+    data = yaml.safe_load(path.read_text())
+    data["rollout"].update(rollout)
+    data["optim"]["lr"] = 1.0e-3  # a large step, so that an engine left on old weights shows in the parity figures
+    data["train"].update(total_steps=STEPS, save_every=0)
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def _train(recipe: Path) -> list[dict]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = _env()
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-m", "stratagym.cli", "train", "--config", str(recipe)], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(_cmd(recipe), env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = Path(yaml.safe_load(recipe.read_text())["train"]["output_dir"])
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
