@@ -113,6 +113,8 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         report_only: bool = typer.Option(False, "--report-only", help="Compare the existing eval records; run nothing."),
         allow_uncommitted: bool = typer.Option(False, "--allow-uncommitted-preregistration",
                                                help="Run with a pre-registration git does not hold unchanged (the report says so)."),
+        jobs: int = typer.Option(1, "--jobs", "-j", min=1,
+                                 help="Arm-seed runs at once (each its own train then eval; 2 on a 2-core machine with threads 1)."),
     ) -> None:
         """Run LLM study NAME: `stratagym train` + `stratagym eval` per arm and seed, then the paired comparison
         its pre-registration fixes (refused without a complete, consistent, committed pre-registration)."""
@@ -148,7 +150,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
                 res = llm.compare_study(study, pre, proof, out=out_dir, runs_root=runs)
             else:
                 res = llm.run_llm_study(study, out=out_dir, runs_root=runs, require_commit=not allow_uncommitted,
-                                        log=typer.echo)
+                                        jobs=jobs, log=typer.echo)
         except UserError as exc:  # bad files, a refused pre-registration, a failed command, a missing record
             _fail(str(exc))
         for h in res["hypotheses"]:

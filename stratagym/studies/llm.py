@@ -266,11 +266,12 @@ def _value(v: Any) -> str:
 
 
 def plan(study: LLMStudy, out: Path, runs_root: Path) -> list[tuple[str, Arm, int, list[str]]]:
-    """Every command of the study in order: ``(stage, arm, seed, argv)`` with stage ``train`` or
-    ``eval``; a stage whose output is complete is marked ``done-train`` / ``done-eval``."""
+    """Every command of the study in order, seed by seed (every arm of a seed before the next seed, so a
+    study stopped part way holds complete paired seeds): ``(stage, arm, seed, argv)`` with stage ``train``
+    or ``eval``; a stage whose output is complete is marked ``done-train`` / ``done-eval``."""
     steps = []
-    for arm in study.arms:
-        for seed in study.seeds:
+    for seed in study.seeds:
+        for arm in study.arms:
             rdir = run_dir(study, runs_root, arm, seed)
             final = rdir / "checkpoints" / f"step-{study.steps:08d}"
             sets = {**arm.set, "train.seed": seed, "train.total_steps": study.steps, "train.output_dir": str(rdir)}
@@ -303,24 +304,51 @@ def subprocess_command(threads: int) -> Command:
 
 def run_llm_study(study: LLMStudy, *, out: str | os.PathLike[str] | None = None,
                   runs_root: str | os.PathLike[str] | None = None, command: Command | None = None,
-                  require_commit: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Check the pre-registration, run every missing train and eval command, then write the comparison."""
+                  require_commit: bool = True, jobs: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Check the pre-registration, run every missing train and eval command, then write the comparison.
+
+    ``jobs`` arm-seed runs go at once (each its own train-then-eval chain, ``study.threads`` threads each):
+    on a 2-core machine two one-thread runs finish in about the time of one. Chains start in :func:`plan`'s
+    order. A failed command stops no running chain; the study fails once they end, naming every failure."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if jobs < 1:
+        raise ConfigError(f"study {study.name}: jobs must be >= 1 (got {jobs})")
     pre, proof = check_study(study, require_commit=require_commit)
     out_p = Path(out) if out is not None else Path("studies") / "llm" / study.name
     runs_p = Path(runs_root) if runs_root is not None else default_runs(study)
     cmd = command or subprocess_command(study.threads)
     env = {"OMP_NUM_THREADS": str(study.threads), "TOKENIZERS_PARALLELISM": "false"}
-    for stage, arm, seed, argv in plan(study, out_p, runs_p):
-        if stage.startswith("done-"):
-            log(f"{study.name}: {arm.label} seed {seed}: {stage[5:]} already done")
-            continue
-        if stage == "eval":
-            record_path(out_p, arm, seed).parent.mkdir(parents=True, exist_ok=True)
-        log(f"{study.name}: {arm.label} seed {seed}: stratagym {' '.join(argv)}")
-        code = cmd(argv, env)
-        if code != 0:
-            raise ConfigError(f"study {study.name}: `stratagym {argv[0]}` for {arm.label} seed {seed} exited with {code}; "
-                              "fix the cause and run the study again (finished runs are kept)")
+    chains: dict[tuple[str, int], list[tuple[str, Arm, int, list[str]]]] = {}  # in plan order: seed by seed
+    for step in plan(study, out_p, runs_p):
+        chains.setdefault((step[1].label, step[2]), []).append(step)
+
+    def run_chain(chain: list[tuple[str, Arm, int, list[str]]]) -> str | None:
+        for stage, arm, seed, argv in chain:
+            if stage.startswith("done-"):
+                log(f"{study.name}: {arm.label} seed {seed}: {stage[5:]} already done")
+                continue
+            if stage == "eval":
+                record_path(out_p, arm, seed).parent.mkdir(parents=True, exist_ok=True)
+            log(f"{study.name}: {arm.label} seed {seed}: stratagym {' '.join(argv)}")
+            code = cmd(argv, env)
+            if code != 0:
+                return f"`stratagym {argv[0]}` for {arm.label} seed {seed} exited with {code}"
+        return None
+
+    ordered = list(chains.values())
+    if jobs == 1:
+        failures = []
+        for chain in ordered:  # stop at the first failure: later runs would likely fail the same way
+            if (failure := run_chain(chain)) is not None:
+                failures.append(failure)
+                break
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            failures = [f for f in pool.map(run_chain, ordered) if f is not None]
+    if failures:
+        raise ConfigError(f"study {study.name}: {'; '.join(failures)}; fix the cause and run the study again "
+                          "(finished runs are kept)")
     return compare_study(study, pre, proof, out=out_p, runs_root=runs_p)
 
 

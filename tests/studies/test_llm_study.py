@@ -223,6 +223,35 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
     assert again["hypotheses"] == res["hypotheses"]
 
 
+def test_jobs_run_arm_seed_chains_at_once_seed_by_seed_and_name_every_failure(repo):
+    """--jobs 2: two train-then-eval chains run at the same time (the barrier only opens when two commands
+    are in flight), they start seed by seed, and a failed command stops neither its neighbour nor the
+    queue: the study fails at the end naming the failure, after every other chain ran."""
+    import threading
+
+    study = load_llm_study(repo / "tiny.yaml")
+    both_running = threading.Barrier(2, timeout=30)
+    calls, lock = [], threading.Lock()
+
+    def command(argv, env):
+        seed = int(next(a for a in argv if a.startswith("train.seed=")).split("=")[1]) if argv[0] == "train" else None
+        arm = "Stratified" if any("stratified" in a for a in argv) else "GRPO"
+        with lock:
+            calls.append((argv[0], arm, seed))
+        if argv[0] == "train" and seed == 0:
+            both_running.wait()  # raises BrokenBarrierError (the test fails) unless both seed-0 trains overlap
+        return 3 if (argv[0], arm, seed) == ("train", "Stratified", 1) else 0
+
+    with pytest.raises(UserError, match=r"`stratagym train` for Stratified seed 1 exited with 3") as exc:
+        run_llm_study(study, out=repo / "out", runs_root=repo / "runs", command=command, jobs=2, log=lambda m: None)
+    assert "exited" not in str(exc.value).split("exited", 1)[1]  # one failure named, once
+    trains = [(arm, seed) for stage, arm, seed in calls if stage == "train"]
+    assert sorted(trains[:2]) == [("GRPO", 0), ("Stratified", 0)]  # seed 0 of both arms first
+    assert len(trains) == 6 and len([c for c in calls if c[0] == "eval"]) == 5  # the failed chain skips its eval
+    with pytest.raises(UserError, match="jobs must be >= 1"):
+        run_llm_study(study, out=repo / "out", runs_root=repo / "runs", command=command, jobs=0)
+
+
 def test_committed_llm_studies_are_preregistered():
     names = llm_study_names()
     assert LLM_STUDY_DIR == ROOT / "suites" / "studies" / "llm"
