@@ -173,9 +173,12 @@ def _newest(root: Path, typed: str) -> Path:
 
 
 def _policy_of(step_dir: Path, typed: str) -> Path:
+    """``step_dir/policy``: a full model (``config.json``) or, for a LoRA run, its adapter
+    (``adapter_config.json``, which names the base model the policy loader reads)."""
     policy = step_dir / "policy"
-    if not (policy / "config.json").is_file():
-        raise AgentSpecError(f"{typed!r}: checkpoint {step_dir.name} has no policy/config.json")
+    if not any((policy / name).is_file() for name in ("config.json", "adapter_config.json")):
+        raise AgentSpecError(f"{typed!r}: checkpoint {step_dir.name} has no policy/config.json "
+                             "(nor policy/adapter_config.json for a LoRA run)")
     return policy
 
 

@@ -96,3 +96,22 @@ def test_the_readme_example_runs_as_written(capsys, tmp_path, run_dir, monkeypat
     out = Path(argv[argv.index("--out") + 1])
     rec = json.loads(out.read_text())
     assert rec["env"]["id"] == argv[argv.index("--env") + 1] and re.fullmatch(r"my-run@step-0+2", rec["agent"]["label"])
+
+
+def test_a_lora_runs_step_folder_evaluates_its_adapter(capsys, tmp_path):
+    """A LoRA run saves its policy as an adapter (``adapter_config.json``, no ``config.json``); the
+    ``step-N`` form and the run folder resolve to it as they do for a full model. Before, both were
+    refused ("has no policy/config.json"), which stopped the first LLM study at its first eval."""
+    from stratagym.agents.tiny_lm import tiny_lm_path
+    from stratagym.training.checkpoint import save_checkpoint
+    from stratagym.training.trainer import build_policy
+
+    run = tmp_path / "lora-run"
+    policy = build_policy({"model": str(tiny_lm_path()), "max_new_tokens": 8, "lora": {"r": 4, "alpha": 8}})
+    step = save_checkpoint(run, 1, policy=policy, optimizer=None, scheduler=None, state={})
+    assert (step / "policy" / "adapter_config.json").is_file() and not (step / "policy" / "config.json").exists()
+    for form in (step, run):
+        out = tmp_path / f"{form.name}.json"
+        code, text = _eval(capsys, str(form), out)
+        assert code == 0, text
+        assert json.loads(out.read_text())["agent"]["content_hash"] == content_hash_path(step / "policy")
