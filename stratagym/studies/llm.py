@@ -287,6 +287,8 @@ def plan(study: LLMStudy, out: Path, runs_root: Path) -> list[tuple[str, Arm, in
             ev += ["-n", str(study.eval.n), "-b", str(study.eval.batch_size),
                    "--seeds", ",".join(map(str, study.eval.seeds)), "--out", str(rec), "--quiet",
                   "--label", f"{study.name}: {arm.label} seed {seed}"]
+            if "algorithm.estimator" in arm.set:  # the board's method column (estimator name, as the recipes' rows)
+                ev += ["--algorithm", str(arm.set["algorithm.estimator"])]
             ev += [a for k, v in study.eval.env_kwargs.items() for a in ("-E", f"{k}={_value(v)}")]
             steps.append(("done-eval" if rec.is_file() else "eval", arm, seed, ev))
     return steps

@@ -164,6 +164,7 @@ def test_plan_resumes_a_started_run(repo):
     assert "algorithm.estimator_kwargs={\"alpha\": 0.6}" in train and "train.seed=2" in train
     ev = by[("eval", "Stratified", 2)]
     assert ev[1].endswith("stratified-s2/checkpoints/step-00000001") and "test_unseen" in ev
+    assert ev[ev.index("--algorithm") + 1] == "stratified"  # the board shows the arm's estimator
 
 
 def test_an_env_without_splits_needs_a_reason_and_pairs_episodes(repo):
