@@ -311,7 +311,9 @@ def run_llm_study(study: LLMStudy, *, out: str | os.PathLike[str] | None = None,
 
     ``jobs`` arm-seed runs go at once (each its own train-then-eval chain, ``study.threads`` threads each):
     on a 2-core machine two one-thread runs finish in about the time of one. Chains start in :func:`plan`'s
-    order. A failed command stops no running chain; the study fails once they end, naming every failure."""
+    order. With ``jobs`` 1 the study stops at the first failed command, as it always did; with more, a failed
+    command stops neither the running chains nor the queue, and the study fails once they end, naming every
+    failure."""
     from concurrent.futures import ThreadPoolExecutor
 
     if jobs < 1:
