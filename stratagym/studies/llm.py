@@ -394,6 +394,19 @@ def _diagnostics(path: Path, keys: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def repo_relative(path: str) -> str:
+    """``path`` relative to the repository root when it lies inside it, else unchanged: the committed
+    ``comparison.json`` then reads the same on every clone, not this machine's checkout path."""
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def _portable_paths(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: repo_relative(v) if k in keys and isinstance(v, str) and v else v for k, v in d.items()}
+
+
 def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], *, out: Path,
                   runs_root: Path) -> dict[str, Any]:
     """The registered paired comparisons from the study's eval records; writes ``comparison.json`` and
@@ -409,7 +422,8 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
                                                            by_seed=len(study.eval.seeds) > 1)
     all_tasks = sorted(set.intersection(*(set(o) for o in outcomes.values())))  # episodes: task or task#seed
     strata = _task_strata(study, all_tasks)
-    results: dict[str, Any] = {"study": study.to_dict(), "preregistration": pre.to_dict(), "git": proof,
+    results: dict[str, Any] = {"study": _portable_paths(study.to_dict(), ("path", "preregistration", "recipe")),
+                               "preregistration": _portable_paths(pre.to_dict(), ("path",)), "git": proof,
                                "arms": {}, "hypotheses": []}
     for arm in study.arms:
         per_seed = [sum(outcomes[(arm.label, s)][t] for t in all_tasks) / len(all_tasks) for s in study.seeds]

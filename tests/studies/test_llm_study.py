@@ -268,3 +268,18 @@ def test_committed_llm_studies_are_preregistered():
     assert a.steps == b.steps and a.eval == b.eval
     with pytest.raises(UserError, match="unknown LLM study"):
         get_llm_study("no-such-study")
+
+
+def test_committed_comparisons_name_repository_paths_not_the_checkout():
+    """comparison.json is committed: a path inside the repository is written relative to its root (the same
+    on every clone); a path outside it (a study in a temporary folder) stays as given."""
+    from stratagym.paths import REPO_ROOT
+    from stratagym.studies.llm import repo_relative
+
+    assert repo_relative(str(REPO_ROOT / "suites" / "studies" / "prereg" / "x.yaml")) == "suites/studies/prereg/x.yaml"
+    assert repo_relative("/elsewhere/prereg.yaml") == "/elsewhere/prereg.yaml"
+    for name in ("stratified-smollm2-hops", "hadw-smollm2-hops"):
+        saved = json.loads((REPO_ROOT / "studies" / "llm" / name / "comparison.json").read_text())
+        paths = [saved["study"]["path"], saved["study"]["preregistration"], saved["study"]["recipe"],
+                 saved["preregistration"]["path"]]
+        assert all(not p.startswith("/") for p in paths), paths
