@@ -193,15 +193,20 @@ def collect_demos(
     template: Optional[str] = None,
     memory_k: int = 2,
     seed: int = 0,
+    episodes_per_task: int = 1,
     batch_size: int = 64,
     only_won: bool = True,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Play ``agent`` on the first ``n`` tasks (all when None) of ``split`` and return one record per episode.
 
+    Each task is played ``episodes_per_task`` times, with reset seeds ``seed, seed + 1, ...``: envs with
+    few tasks whose episodes differ by seed (ValueCorridor: which lever lights which lamp) need several.
     ``template`` / ``memory_k`` must be the policy's (``policy.template`` / ``policy.memory_k``); the
     records carry them so ``stratagym sft`` can refuse a mismatch. ``only_won`` drops the expert's lost
-    episodes (cloning a failure teaches it).
+    episodes (cloning a failure teaches it); a demonstrator that is meant to lose some of the time (the
+    ValueCorridor ``blind_doors`` agent) needs ``only_won=False``, or the kept episodes would teach
+    exactly what it leaves out.
     """
     import gymnasium as gym
 
@@ -226,6 +231,8 @@ def collect_demos(
         all_ids = [str(t) for t in env.unwrapped.task_ids()]
         if n is not None and n < 1:
             raise ConfigError(f"--n must be >= 1, got {n}")
+        if episodes_per_task < 1:
+            raise ConfigError(f"episodes per task must be >= 1, got {episodes_per_task}")
         ids = all_ids[:n] if n is not None else all_ids
         if not ids:
             raise ConfigError(f"{env_id} split {split!r} has no tasks")
@@ -236,7 +243,7 @@ def collect_demos(
         except KeyError as exc:
             raise ConfigError(str(exc).strip('"')) from None
         policy = _DemoPolicy(expert, template_override=template, memory_k=memory_k)
-        episodes = [(t, seed) for t in ids]
+        episodes = [(t, seed + j) for t in ids for j in range(episodes_per_task)]
         done = [0]
 
         def _tick(_traj: Any) -> None:

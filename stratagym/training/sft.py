@@ -76,13 +76,17 @@ class SFTEnv:
 @dataclass
 class SFTDemos:
     """Where the demonstrations come from: an existing ``path``, or collected with ``agent`` from the
-    first ``n`` tasks of ``split`` (all when null)."""
+    first ``n`` tasks of ``split`` (all when null), each played ``episodes_per_task`` times (reset seeds
+    ``seed, seed + 1, ...``). ``keep_lost`` keeps the episodes the agent lost (off: cloning a failure
+    teaches it; on for a demonstrator meant to lose, such as ValueCorridor's ``blind_doors``)."""
 
     path: Optional[str] = None
     agent: str = "scripted:oracle"
     split: str = "train"
     n: Optional[int] = None
     seed: int = 0
+    episodes_per_task: int = 1
+    keep_lost: bool = False
 
 
 @dataclass
@@ -178,6 +182,8 @@ def validate_recipe(recipe: SFTRecipe) -> SFTRecipe:
         raise ConfigError(f"sft.scheduler must be linear, cosine, constant or constant_with_warmup, got {s.scheduler!r}")
     if recipe.demos.n is not None and recipe.demos.n < 1:
         raise ConfigError(f"demos.n must be >= 1 or null, got {recipe.demos.n}")
+    if recipe.demos.episodes_per_task < 1:
+        raise ConfigError(f"demos.episodes_per_task must be >= 1, got {recipe.demos.episodes_per_task}")
     if recipe.eval.n < 0:
         raise ConfigError(f"eval.n must be >= 0, got {recipe.eval.n}")
     if "model" in recipe.policy:
@@ -373,7 +379,8 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         records = collect_demos(recipe.env.id, recipe.demos.agent, split=recipe.demos.split, n=recipe.demos.n,
                                 env_kwargs={k: v for k, v in recipe.env.kwargs.items() if k != "split"},
                                 template=recipe.policy.get("template"), memory_k=mem, seed=recipe.demos.seed,
-                                progress=progress)
+                                episodes_per_task=recipe.demos.episodes_per_task,
+                                only_won=not recipe.demos.keep_lost, progress=progress)
         write_demos(records, demos_path)
     records = read_demos(demos_path)
     bad = [r["env_id"] for r in records if r["env_id"] != recipe.env.id]

@@ -48,7 +48,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         env_arg: List[str] = typer.Option([], "--env-arg", "-E", help="Env constructor argument key=value (YAML value; repeatable)."),
         template: Optional[str] = typer.Option(None, help="Prompt template (default: the env family's, as LLMPolicy picks)."),
         memory_k: int = typer.Option(2, "--memory-k", help="Earlier turns kept in each prompt: the policy's policy.memory_k."),
-        seed: int = typer.Option(0, help="Reset seed of every episode."),
+        seed: int = typer.Option(0, help="Reset seed of every episode (the first, with --episodes-per-task)."),
+        episodes_per_task: int = typer.Option(1, "--episodes-per-task", help="Play each task this many times, with seeds seed, seed+1, ..."),
         keep_lost: bool = typer.Option(False, "--keep-lost", help="Also keep episodes the expert lost."),
     ) -> None:
         """Play a scripted expert on a train split and write one chat-format record per episode.
@@ -67,7 +68,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             kwargs = _parse_kv(env_arg, "--env-arg")
             kwargs.pop("split", None)
             records = collect_demos(env, agent, split=split, n=n, env_kwargs=kwargs, template=template,
-                                    memory_k=memory_k, seed=seed, only_won=not keep_lost, progress=True)
+                                    memory_k=memory_k, seed=seed, episodes_per_task=episodes_per_task,
+                                    only_won=not keep_lost, progress=True)
             write_demos(records, out)
         except ConfigError as exc:
             raise _error(exc)

@@ -223,3 +223,58 @@ def test_cue_corridor_uniform_policy_success():
             wins += won
             total += 1
     assert wins / total == 0.25
+
+
+# ---- the door-blind demonstrator (the HGPO vs GiGPO LLM study's SFT start) --------------------------------
+
+
+def _blind_doors_forks(n_seeds: int) -> tuple[list[tuple[str, bool]], list[bool], list[str]]:
+    """Play ``blind_doors`` on every ValueCorridor task for ``n_seeds`` seeds, one env, one episode at a
+    time; return (lamp, best door taken) per fork, won per episode and every action's validity note."""
+    from stratagym.envs.core import EpisodeKey
+
+    env_id = "stratagym/ValueCorridor-v0"
+    env = gym.make(env_id, **agent_env_kwargs(env_id, "blind_doors"))
+    agent = make_agent(env_id, "blind_doors", env)
+    forks, wins, invalid = [], [], []
+    for task in env.unwrapped.task_ids():
+        for seed in range(n_seeds):
+            obs, info = env.reset(seed=seed, options={"task_id": task})
+            key, done = EpisodeKey(task, seed), False
+            while not done:
+                (action,) = agent.act([obs], [info], [key])
+                if action not in info["admissible_actions"]:
+                    invalid.append(action)
+                lamp = info.get("cue") if info.get("phase") == "fork" else None
+                best_before = info.get("best_doors", 0)
+                obs, _, term, trunc, info = env.step(action)
+                if lamp is not None:
+                    forks.append((lamp, info["best_doors"] > best_before))
+                done = term or trunc
+            wins.append(bool(info["won"]))
+    return forks, wins, invalid
+
+
+def test_blind_doors_knows_the_moves_but_not_which_door_a_lamp_calls_for():
+    """Every action is admissible; at a fork the best door is taken half the time after either lamp (the
+    rule is absent from its demonstrations), so it wins like the uniform policy, 0.5 ** 3."""
+    forks, wins, invalid = _blind_doors_forks(40)  # 8 tasks x 40 seeds: 320 episodes, 960 forks
+    assert not invalid and len(forks) == 960
+    for lamp in ("gold", "grey"):
+        best = [b for c, b in forks if c == lamp]
+        assert len(best) > 300 and 0.42 < sum(best) / len(best) < 0.58, (lamp, sum(best), len(best))
+    assert 0.08 < sum(wins) / len(wins) < 0.17
+
+
+def test_blind_doors_does_not_depend_on_batching():
+    """The same episodes played one at a time and four at a time take the same doors."""
+    env_id = "stratagym/ValueCorridor-v0"
+    kw = agent_env_kwargs(env_id, "blind_doors")
+    episodes = [(t, s) for t in range(4) for s in (0, 1)]
+    runs = []
+    for width in (1, 4):
+        envs = [gym.make(env_id, **kw) for _ in range(width)]
+        recs = play_records(envs, make_agent(env_id, "blind_doors", envs[0]), episodes)
+        runs.append(sorted((r.task_id, r.seed, r.total_reward, r.extra["best_doors"]) for r in recs))
+    assert runs[0] == runs[1] and len({r[2] for r in runs[0]}) > 1
+    assert {r[3] for r in runs[0]} <= {0, 1, 2, 3}  # records keep best_doors (the corridor study's metric)

@@ -143,3 +143,17 @@ def test_cli_collects(tmp_path):
     recs = read_demos(out)
     assert len(recs) == 3 and all(r["memory_k"] == 4 for r in recs)
     assert recs[0]["turns"][0]["prompt"][0]["content"].startswith("Search with <search>")
+
+
+def test_several_episodes_per_task_and_a_demonstrator_meant_to_lose():
+    """ValueCorridor has 8 tasks whose episodes differ by reset seed: episodes_per_task plays each task
+    with seeds seed, seed+1, ...; the door-blind demonstrator loses most episodes, and dropping those
+    (only_won) would keep exactly the episodes that took the best door at every fork."""
+    vc = "stratagym/ValueCorridor-v0"
+    kept = collect_demos(vc, "scripted:blind_doors", n=2, seed=5, episodes_per_task=6, only_won=False)
+    assert sorted((r["task_id"], r["seed"]) for r in kept) == [(t, s) for t in ("maze00", "maze01") for s in range(5, 11)]
+    assert any(not r["won"] for r in kept) and all(len(r["turns"]) == 12 for r in kept)
+    won_only = collect_demos(vc, "scripted:blind_doors", n=2, seed=5, episodes_per_task=6)
+    assert [r for r in kept if r["won"]] == won_only
+    with pytest.raises(ConfigError, match="episodes per task"):
+        collect_demos(vc, "scripted:blind_doors", episodes_per_task=0)

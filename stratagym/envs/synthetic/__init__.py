@@ -59,7 +59,7 @@ ENV_SPECS = [
         description="Synthetic long-horizon maze: same junction state, different histories; exit depends on an earlier cue.",
         lists_actions=True,
         **_PROTOCOL,
-        agents=dict(_AGENTS),
+        agents={**_AGENTS, "blind_doors": "stratagym.envs.synthetic.agents:BlindDoorsAgent"},
     ),
     EnvSpec(
         id="stratagym/ValueCorridor-v0",
@@ -67,8 +67,10 @@ ENV_SPECS = [
         description="CueCorridor whose merged histories differ in value: every fork pays by lamp (gold high, grey low).",
         kwargs={"valued": True},
         lists_actions=True,
+        # forks where the best door was taken (0..segments): per fork, where `won` needs every fork right
+        record_info_keys=("best_doors",),
         **_PROTOCOL,
-        agents=dict(_AGENTS),
+        agents={**_AGENTS, "blind_doors": "stratagym.envs.synthetic.agents:BlindDoorsAgent"},
     ),
     EnvSpec(
         id="stratagym/SearchArchives-v0",

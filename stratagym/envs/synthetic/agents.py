@@ -32,6 +32,29 @@ class OracleAgent:
         return out
 
 
+class BlindDoorsAgent(OracleAgent):
+    """CueCorridor/ValueCorridor demonstrator that knows the moves but not the rule: the oracle's action
+    everywhere except at a fork, where it takes either door with probability 1/2 whatever the lamp.
+
+    Cloning it teaches a language model the corridor's action format and which actions each room
+    admits, and nothing about which door a lamp calls for (door and lamp are independent in its
+    episodes), so an SFT policy from it starts at the uniform policy's success, ``0.5 ** segments``,
+    and RL must learn the history-dependent choice itself: the start the HGPO vs GiGPO study needs.
+    Each episode draws from its own generator, so the doors do not depend on batching.
+    """
+
+    def __init__(self, env: gym.Env | None = None, *, seed: int = 0):
+        self.rngs = EpisodeRngs(seed)
+
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
+        oracle = super().act(observations, infos, episodes)
+        out = []
+        for action, info, episode in zip(oracle, infos, episodes):
+            rng = self.rngs.get(episode, info)
+            out.append(("go left", "go right")[int(rng.integers(2))] if info.get("phase") == "fork" else action)
+        return out
+
+
 class NoSearchAgent:
     """SearchStrata baseline: answers at once, uniformly among the candidates (stratum 0, success 1/n).
 
