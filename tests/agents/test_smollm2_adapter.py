@@ -64,3 +64,46 @@ def test_committed_adapter_reproduces_its_greedy_answers(smollm2_model, tmp_path
            for e in record["episodes"]}
     assert got == EXPECTED
     assert record["metrics"]["valid_ratio"]["value"] == 1.0
+
+
+# ---- the ValueCorridor adapter: the HGPO vs GiGPO LLM study's start (issue 34) -----------------------------------
+
+CORRIDOR_ADAPTER = REPO / "data" / "checkpoints" / "sft-smollm2-lora-valuecorridor"
+# (task, episode seed) -> (best doors of 3, return), greedy, from the evaluation this adapter was committed with
+CORRIDOR_EXPECTED = {
+    ("maze00", 0): (0, 0.0),
+    ("maze01", 0): (0, 0.0),
+    ("maze00", 1): (1, 0.3333),
+    ("maze01", 1): (1, 0.3333),
+}
+
+
+def test_corridor_adapter_was_cloned_from_the_door_blind_demonstrator():
+    """Rebuilt by `stratagym sft --config recipes/cpu/sft-smollm2-lora-valuecorridor.yaml`: the demonstrator
+    tosses a coin at each fork, and its lost episodes were kept, so the rule (lamp -> door) is not in the data."""
+    meta = json.loads((CORRIDOR_ADAPTER / "sft_meta.json").read_text())
+    demos = meta["recipe"]["demos"]
+    assert demos["agent"] == "scripted:blind_doors" and demos["keep_lost"] is True
+    assert meta["demos"]["episodes"] == 96 and meta["examples"] == 96 * 12 and meta["steps"] == 80
+    assert meta["recipe"]["model"]["path"] == "build/models/smollm2-135m-instruct-q4-1"
+    policy = json.loads((CORRIDOR_ADAPTER / "stratagym_policy.json").read_text())
+    assert policy["memory_k"] == 2 and policy["max_new_tokens"] == 40  # the reply is 28 tokens
+    assert (CORRIDOR_ADAPTER / "adapter_model.safetensors").stat().st_size < 8_000_000
+
+
+@pytest.mark.slow
+def test_corridor_adapter_keeps_the_format_and_reproduces_its_greedy_doors(smollm2_model, tmp_path):
+    from stratagym.eval.harness import EvalConfig, evaluate
+
+    adapter = tmp_path / CORRIDOR_ADAPTER.name
+    shutil.copytree(CORRIDOR_ADAPTER, adapter)
+    config_file = adapter / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = str(smollm2_model)
+    config_file.write_text(json.dumps(config))
+
+    record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/ValueCorridor-v0", n=2, seeds=[0, 1],
+                                 batch_size=4, env_kwargs={"context_k": 4}), progress=False)
+    got = {(e["task_id"], e["seed"]): (e["extra"]["best_doors"], round(e["total_reward"], 4)) for e in record["episodes"]}
+    assert got == CORRIDOR_EXPECTED
+    assert record["metrics"]["valid_ratio"]["value"] == 1.0 and all(e["turns"] == 12 for e in record["episodes"])
