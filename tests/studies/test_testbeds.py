@@ -130,3 +130,20 @@ def test_main_rejects_an_unknown_check(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["strata-typo"])
     assert exc.value.code == 2 and "search-strata" in capsys.readouterr().err
+
+
+def test_door_blind_groups_mix_lamps_at_the_fork_where_a_fixed_lever_would_not():
+    """The HGPO vs GiGPO study's start must bring copies of one group to the fork under both lamps, or
+    HGPO's history groups equal GiGPO's state groups and the two estimators cannot differ. The oracle's
+    fixed lever gives every copy the same lamp (no level-0 group mixes histories); blind_doors' coin lever
+    mixes them (a first registration of the study started from a fixed-lever clone and had to be withdrawn)."""
+    from stratagym.envs.synthetic.agents import BlindDoorsAgent
+
+    kw = {"oracle_info": True, "context_k": 4}
+    fixed = context_check(play("stratagym/ValueCorridor-v0", kw, lambda env: CorridorOracle(env), n_tasks=2, group_size=8),
+                          levels=(0, 2, 4))
+    blind = context_check(play("stratagym/ValueCorridor-v0", kw, lambda env: BlindDoorsAgent(env), n_tasks=2, group_size=8),
+                          levels=(0, 2, 4))
+    assert fixed["level-0 groups mixing histories (k=4)"] == 0.0
+    assert blind["level-0 groups mixing histories (k=4)"] > 0.3
+    assert blind["mean group size: history k=4"] >= 2.0  # deep groups still hold several steps

@@ -228,15 +228,15 @@ def test_cue_corridor_uniform_policy_success():
 # ---- the door-blind demonstrator (the HGPO vs GiGPO LLM study's SFT start) --------------------------------
 
 
-def _blind_doors_forks(n_seeds: int) -> tuple[list[tuple[str, bool]], list[bool], list[str]]:
+def _blind_doors_forks(n_seeds: int) -> tuple[list[tuple[str, bool]], list[bool], list[str], list[str]]:
     """Play ``blind_doors`` on every ValueCorridor task for ``n_seeds`` seeds, one env, one episode at a
-    time; return (lamp, best door taken) per fork, won per episode and every action's validity note."""
+    time; return (lamp, best door taken) per fork, won per episode, the invalid actions and the levers."""
     from stratagym.envs.core import EpisodeKey
 
     env_id = "stratagym/ValueCorridor-v0"
     env = gym.make(env_id, **agent_env_kwargs(env_id, "blind_doors"))
     agent = make_agent(env_id, "blind_doors", env)
-    forks, wins, invalid = [], [], []
+    forks, wins, invalid, levers = [], [], [], []
     for task in env.unwrapped.task_ids():
         for seed in range(n_seeds):
             obs, info = env.reset(seed=seed, options={"task_id": task})
@@ -246,20 +246,24 @@ def _blind_doors_forks(n_seeds: int) -> tuple[list[tuple[str, bool]], list[bool]
                 if action not in info["admissible_actions"]:
                     invalid.append(action)
                 lamp = info.get("cue") if info.get("phase") == "fork" else None
+                if info.get("phase") == "levers":
+                    levers.append(action)
                 best_before = info.get("best_doors", 0)
                 obs, _, term, trunc, info = env.step(action)
                 if lamp is not None:
                     forks.append((lamp, info["best_doors"] > best_before))
                 done = term or trunc
             wins.append(bool(info["won"]))
-    return forks, wins, invalid
+    return forks, wins, invalid, levers
 
 
 def test_blind_doors_knows_the_moves_but_not_which_door_a_lamp_calls_for():
     """Every action is admissible; at a fork the best door is taken half the time after either lamp (the
-    rule is absent from its demonstrations), so it wins like the uniform policy, 0.5 ** 3."""
-    forks, wins, invalid = _blind_doors_forks(40)  # 8 tasks x 40 seeds: 320 episodes, 960 forks
-    assert not invalid and len(forks) == 960
+    rule is absent from its demonstrations), so it wins like the uniform policy, 0.5 ** 3. The lever is a
+    coin too, so copies of one group (one reset seed) reach the fork under both lamps."""
+    forks, wins, invalid, levers = _blind_doors_forks(40)  # 8 tasks x 40 seeds: 320 episodes, 960 forks
+    assert not invalid and len(forks) == 960 and len(levers) == 960
+    assert 0.42 < levers.count("pull lever A") / len(levers) < 0.58
     for lamp in ("gold", "grey"):
         best = [b for c, b in forks if c == lamp]
         assert len(best) > 300 and 0.42 < sum(best) / len(best) < 0.58, (lamp, sum(best), len(best))

@@ -33,15 +33,21 @@ class OracleAgent:
 
 
 class BlindDoorsAgent(OracleAgent):
-    """CueCorridor/ValueCorridor demonstrator that knows the moves but not the rule: the oracle's action
-    everywhere except at a fork, where it takes either door with probability 1/2 whatever the lamp.
+    """CueCorridor/ValueCorridor demonstrator that knows the moves but not the rule: a lever drawn at random
+    in each lever room, ``walk forward`` where that is the only move, and either door with probability 1/2
+    at each fork, whatever the lamp.
 
     Cloning it teaches a language model the corridor's action format and which actions each room
     admits, and nothing about which door a lamp calls for (door and lamp are independent in its
     episodes), so an SFT policy from it starts at the uniform policy's success, ``0.5 ** segments``,
     and RL must learn the history-dependent choice itself: the start the HGPO vs GiGPO study needs.
-    Each episode draws from its own generator, so the doors do not depend on batching.
+    The lever is random too, not the oracle's fixed ``lever A``: copies of a group share the reset seed,
+    hence which lever lights which lamp, so a clone that always pulled one lever would bring every copy
+    to the fork under the same lamp, and the fork groups would never mix histories (HGPO's groups would
+    equal GiGPO's). Each episode draws from its own generator, so the choices do not depend on batching.
     """
+
+    _COIN = {"levers": ("pull lever A", "pull lever B"), "fork": ("go left", "go right")}
 
     def __init__(self, env: gym.Env | None = None, *, seed: int = 0):
         self.rngs = EpisodeRngs(seed)
@@ -51,7 +57,8 @@ class BlindDoorsAgent(OracleAgent):
         out = []
         for action, info, episode in zip(oracle, infos, episodes):
             rng = self.rngs.get(episode, info)
-            out.append(("go left", "go right")[int(rng.integers(2))] if info.get("phase") == "fork" else action)
+            choices = self._COIN.get(str(info.get("phase")))
+            out.append(choices[int(rng.integers(2))] if choices else action)
         return out
 
 
