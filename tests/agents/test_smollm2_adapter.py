@@ -71,16 +71,17 @@ def test_committed_adapter_reproduces_its_greedy_answers(smollm2_model, tmp_path
 CORRIDOR_ADAPTER = REPO / "data" / "checkpoints" / "sft-smollm2-lora-valuecorridor"
 # (task, episode seed) -> (best doors of 3, return), greedy, from the evaluation this adapter was committed with
 CORRIDOR_EXPECTED = {
-    ("maze00", 0): (0, 0.0),
-    ("maze01", 0): (0, 0.0),
-    ("maze00", 1): (1, 0.3333),
-    ("maze01", 1): (1, 0.3333),
+    ("maze00", 0): (3, 0.2),
+    ("maze01", 0): (3, 0.2),
+    ("maze00", 1): (2, 0.4),
+    ("maze01", 1): (2, 0.4),
 }
 
 
 def test_corridor_adapter_was_cloned_from_the_door_blind_demonstrator():
     """Rebuilt by `stratagym sft --config recipes/cpu/sft-smollm2-lora-valuecorridor.yaml`: the demonstrator
-    tosses a coin at each fork, and its lost episodes were kept, so the rule (lamp -> door) is not in the data."""
+    tosses a coin for the lever and at each fork, and its lost episodes were kept, so the rule (lamp -> door)
+    is not in the data."""
     meta = json.loads((CORRIDOR_ADAPTER / "sft_meta.json").read_text())
     demos = meta["recipe"]["demos"]
     assert demos["agent"] == "scripted:blind_doors" and demos["keep_lost"] is True
