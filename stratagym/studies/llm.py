@@ -4,7 +4,9 @@ The scorer-policy studies (:mod:`.runner`) train a small policy in-process in se
 the project's two commands instead, one run per arm and seed, because each run takes minutes to hours
 and must survive being stopped: a run whose final checkpoint is complete is not trained again (a
 started one resumes with ``--resume``), and an evaluation whose record exists is not repeated (a killed
-one resumes from its progress file). A study file, in ``suites/studies/llm/<name>.yaml``::
+one resumes from its progress file). A study can outlast the machine it started on: each finished run's
+training log is kept beside its eval record (``metrics/<arm>-s<seed>.jsonl``, a few kB, committed with the
+record), and a run that has both is done on any clone, with no checkpoint there. A study file, in ``suites/studies/llm/<name>.yaml``::
 
     name: stratified-smollm2-hops
     title: Stratified GRPO vs GRPO, SmolLM2 LoRA on SearchQA with 1-3 hop questions
@@ -27,7 +29,8 @@ Before any command runs, :func:`check_study` loads the pre-registration
 (:mod:`.preregistration`), checks that it registers this study with the same seeds, steps, split,
 number of questions, metric and arms, and that git holds it unchanged. Outputs: training runs in
 ``runs/studies/<name>/<arm>-s<seed>/`` (checkpoints stay out of git), and in ``studies/llm/<name>/``
-the eval records (``records/<arm>-s<seed>.json``), ``comparison.json`` (the pre-registration and its
+the eval records (``records/<arm>-s<seed>.json``), the finished runs' training logs
+(``metrics/<arm>-s<seed>.jsonl``), ``comparison.json`` (the pre-registration and its
 commit, per-hypothesis paired statistics over seeds and per seed, the verdict, per-stratum means and the
 registered diagnostics from each run's ``metrics.jsonl``) and ``comparison.md``.
 """
@@ -261,6 +264,22 @@ def record_path(out: Path, arm: Arm, seed: int) -> Path:
     return out / "records" / f"{slug(arm.label)}-s{seed}.json"
 
 
+def kept_metrics_path(out: Path, arm: Arm, seed: int) -> Path:
+    """Where a finished run's ``metrics.jsonl`` is kept beside its eval record, so that the run's
+    diagnostics and its "done" survive the machine (checkpoints stay out of git; this log is small)."""
+    return out / "metrics" / f"{slug(arm.label)}-s{seed}.jsonl"
+
+
+def _keep_metrics(study: LLMStudy, out: Path, runs_root: Path, arm: Arm, seed: int) -> None:
+    from stratagym.atomic import atomic_write
+
+    src = run_dir(study, runs_root, arm, seed) / "metrics.jsonl"
+    if src.is_file():
+        dst = kept_metrics_path(out, arm, seed)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(dst, src.read_text(encoding="utf-8"))
+
+
 def _value(v: Any) -> str:
     return json.dumps(v)  # YAML reads JSON, as --set and -E parse their values with yaml.safe_load
 
@@ -268,7 +287,9 @@ def _value(v: Any) -> str:
 def plan(study: LLMStudy, out: Path, runs_root: Path) -> list[tuple[str, Arm, int, list[str]]]:
     """Every command of the study in order, seed by seed (every arm of a seed before the next seed, so a
     study stopped part way holds complete paired seeds): ``(stage, arm, seed, argv)`` with stage ``train``
-    or ``eval``; a stage whose output is complete is marked ``done-train`` / ``done-eval``."""
+    or ``eval``; a stage whose output is complete is marked ``done-train`` / ``done-eval``. A run whose eval
+    record and kept training log both exist is done in both stages, even where its checkpoints are not
+    (a fresh clone of a study that a finished session committed)."""
     steps = []
     for seed in study.seeds:
         for arm in study.arms:
@@ -276,13 +297,14 @@ def plan(study: LLMStudy, out: Path, runs_root: Path) -> list[tuple[str, Arm, in
             final = rdir / "checkpoints" / f"step-{study.steps:08d}"
             sets = {**arm.set, "train.seed": seed, "train.total_steps": study.steps, "train.output_dir": str(rdir)}
             argv = ["train", "--config", study.recipe] + [a for k, v in sets.items() for a in ("--set", f"{k}={_value(v)}")]
-            if (final / "COMPLETE").exists():
+            rec = record_path(out, arm, seed)
+            finished_elsewhere = rec.is_file() and kept_metrics_path(out, arm, seed).is_file()
+            if (final / "COMPLETE").exists() or finished_elsewhere:
                 steps.append(("done-train", arm, seed, argv))
             else:
                 if (rdir / "checkpoints").is_dir():
                     argv.append("--resume")
                 steps.append(("train", arm, seed, argv))
-            rec = record_path(out, arm, seed)
             ev = ["eval", str(final), "--env", study.eval.env] + (["--split", study.eval.split] if study.eval.split else [])
             ev += ["-n", str(study.eval.n), "-b", str(study.eval.batch_size),
                    "--seeds", ",".join(map(str, study.eval.seeds)), "--out", str(rec), "--quiet",
@@ -338,6 +360,7 @@ def run_llm_study(study: LLMStudy, *, out: str | os.PathLike[str] | None = None,
             code = cmd(argv, env)
             if code != 0:
                 return f"`stratagym {argv[0]}` for {arm.label} seed {seed} exited with {code}"
+        _keep_metrics(study, out_p, runs_p, chain[0][1], chain[0][2])  # finished: keep its training log
         return None
 
     ordered = list(chains.values())
@@ -394,6 +417,12 @@ def _diagnostics(path: Path, keys: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _metrics_of(study: LLMStudy, out: Path, runs_root: Path, arm: Arm, seed: int) -> Path:
+    """The run's training log: the kept copy if there is one (it is the finished run's), else the run's own."""
+    kept = kept_metrics_path(out, arm, seed)
+    return kept if kept.is_file() else run_dir(study, runs_root, arm, seed) / "metrics.jsonl"
+
+
 def repo_relative(path: str) -> str:
     """``path`` relative to the repository root when it lies inside it, else unchanged: the committed
     ``comparison.json`` then reads the same on every clone, not this machine's checkout path."""
@@ -434,7 +463,7 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
                 for t in all_tasks:
                     by.setdefault(strata[t], []).append(outcomes[(arm.label, s)][t])
             entry["by_stratum"] = {k: {"mean": sum(v) / len(v), "n": len(v) // len(study.seeds)} for k, v in sorted(by.items())}
-        entry["diagnostics"] = {str(s): _diagnostics(run_dir(study, runs_root, arm, s) / "metrics.jsonl", pre.diagnostics)
+        entry["diagnostics"] = {str(s): _diagnostics(_metrics_of(study, out, runs_root, arm, s), pre.diagnostics)
                                 for s in study.seeds}
         results["arms"][arm.label] = entry
     for h in pre.hypotheses:

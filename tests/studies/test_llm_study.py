@@ -222,6 +222,19 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
     again = run_llm_study(study, out=repo / "out", runs_root=repo / "runs",
                           command=lambda argv, env: pytest.fail(f"reran {argv[0]}"), log=lambda m: None)
     assert again["hypotheses"] == res["hypotheses"]
+    # each finished run's training log is kept beside its record, byte for byte
+    for name in ("grpo-s0", "stratified-s2"):
+        kept = repo / "out" / "metrics" / f"{name}.jsonl"
+        assert kept.read_bytes() == (repo / "runs" / name / "metrics.jsonl").read_bytes()
+    # a fresh clone (no runs folder, no checkpoints) holding the committed outputs redoes nothing, and its
+    # comparison, diagnostics included, is the same
+    elsewhere = run_llm_study(study, out=repo / "out", runs_root=repo / "gone",
+                              command=lambda argv, env: pytest.fail(f"reran {argv[0]}"), log=lambda m: None)
+    assert elsewhere["hypotheses"] == res["hypotheses"] and elsewhere["arms"] == res["arms"]
+    # a run with a record but no kept log is trained again (its diagnostics would be missing otherwise)
+    (repo / "out" / "metrics" / "grpo-s1.jsonl").unlink()
+    todo = [(s[0], s[1].label, s[2]) for s in plan(study, repo / "out", repo / "gone") if not s[0].startswith("done")]
+    assert todo == [("train", "GRPO", 1)]
 
 
 def test_jobs_run_arm_seed_chains_at_once_seed_by_seed_and_name_every_failure(repo):
