@@ -270,14 +270,29 @@ def kept_metrics_path(out: Path, arm: Arm, seed: int) -> Path:
     return out / "metrics" / f"{slug(arm.label)}-s{seed}.jsonl"
 
 
+#: The libraries a run's numbers depend on, recorded beside its kept log: the seeds of a study may run on
+#: different machines, weeks apart, with whatever versions a fresh install resolved then.
+RUN_LIBRARIES = ("torch", "transformers", "peft", "trl", "accelerate", "vllm", "stratagym")
+
+
 def _keep_metrics(study: LLMStudy, out: Path, runs_root: Path, arm: Arm, seed: int) -> None:
-    from stratagym.atomic import atomic_write
+    import platform
+
+    from stratagym.atomic import atomic_write, write_json_atomic
+    from stratagym.envs.fingerprint import library_versions
 
     src = run_dir(study, runs_root, arm, seed) / "metrics.jsonl"
-    if src.is_file():
-        dst = kept_metrics_path(out, arm, seed)
+    dst = kept_metrics_path(out, arm, seed)
+    software = dst.with_suffix(".software.json")
+    if not src.is_file():  # trained elsewhere: what was kept there stays as it is
+        return
+    if not (dst.is_file() and dst.read_bytes() == src.read_bytes()):
         dst.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(dst, src.read_text(encoding="utf-8"))
+    if not software.is_file():  # the run was trained here, in this process's environment
+        write_json_atomic(software,
+                          {"python": platform.python_version(), "machine": platform.machine(),
+                           "libraries": library_versions(RUN_LIBRARIES)})
 
 
 def _value(v: Any) -> str:

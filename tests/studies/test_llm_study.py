@@ -226,6 +226,8 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
     for name in ("grpo-s0", "stratified-s2"):
         kept = repo / "out" / "metrics" / f"{name}.jsonl"
         assert kept.read_bytes() == (repo / "runs" / name / "metrics.jsonl").read_bytes()
+        software = json.loads(kept.with_suffix(".software.json").read_text())  # what it was trained under
+        assert software["libraries"]["torch"] and software["libraries"]["transformers"] and software["python"]
     # a fresh clone (no runs folder, no checkpoints) holding the committed outputs redoes nothing, and its
     # comparison, diagnostics included, is the same
     elsewhere = run_llm_study(study, out=repo / "out", runs_root=repo / "gone",
