@@ -6,7 +6,9 @@ and must survive being stopped: a run whose final checkpoint is complete is not 
 started one resumes with ``--resume``), and an evaluation whose record exists is not repeated (a killed
 one resumes from its progress file). A study can outlast the machine it started on: each finished run's
 training log is kept beside its eval record (``metrics/<arm>-s<seed>.jsonl``, a few kB, committed with the
-record), and a run that has both is done on any clone, with no checkpoint there. A study file, in ``suites/studies/llm/<name>.yaml``::
+record), and a run that has both is done on any clone, with no checkpoint there. Until every registered
+seed is in, the comparison covers the seeds whose every arm has its record, says it is interim, and draws no
+verdict. A study file, in ``suites/studies/llm/<name>.yaml``::
 
     name: stratified-smollm2-hops
     title: Stratified GRPO vs GRPO, SmolLM2 LoRA on SearchQA with 1-3 hop questions
@@ -459,34 +461,42 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
     from stratagym.eval.paired import compare, compare_seeds, decide, outcomes_by_task
     from stratagym.eval.records import load_record
 
+    # seeds whose every arm has its record; a study part way (its seeds run in different sessions) is
+    # reported on those, and decides nothing until all registered seeds are in
+    seeds = [s for s in study.seeds if all(record_path(out, arm, s).is_file() for arm in study.arms)]
+    if not seeds:
+        raise ConfigError(f"study {study.name}: no seed has an eval record for every arm in {out}/records yet; "
+                          f"run `stratagym study-llm {study.name}` first")
+    complete = seeds == list(study.seeds)
     outcomes: dict[tuple[str, int], dict[str, float]] = {}
     for arm in study.arms:
-        for seed in study.seeds:
+        for seed in seeds:
             outcomes[(arm.label, seed)] = outcomes_by_task(load_record(record_path(out, arm, seed)), study.metric,
                                                            by_seed=len(study.eval.seeds) > 1)
     all_tasks = sorted(set.intersection(*(set(o) for o in outcomes.values())))  # episodes: task or task#seed
     strata = _task_strata(study, all_tasks)
     results: dict[str, Any] = {"study": _portable_paths(study.to_dict(), ("path", "preregistration", "recipe")),
                                "preregistration": _portable_paths(pre.to_dict(), ("path",)), "git": proof,
-                               "arms": {}, "hypotheses": []}
+                               "seeds_done": seeds, "complete": complete, "arms": {}, "hypotheses": []}
     for arm in study.arms:
-        per_seed = [sum(outcomes[(arm.label, s)][t] for t in all_tasks) / len(all_tasks) for s in study.seeds]
+        per_seed = [sum(outcomes[(arm.label, s)][t] for t in all_tasks) / len(all_tasks) for s in seeds]
         entry: dict[str, Any] = {"per_seed": per_seed, "mean": sum(per_seed) / len(per_seed)}
         if strata:
             by: dict[str, list[float]] = {}
-            for s in study.seeds:
+            for s in seeds:
                 for t in all_tasks:
                     by.setdefault(strata[t], []).append(outcomes[(arm.label, s)][t])
-            entry["by_stratum"] = {k: {"mean": sum(v) / len(v), "n": len(v) // len(study.seeds)} for k, v in sorted(by.items())}
+            entry["by_stratum"] = {k: {"mean": sum(v) / len(v), "n": len(v) // len(seeds)} for k, v in sorted(by.items())}
         entry["diagnostics"] = {str(s): _diagnostics(_metrics_of(study, out, runs_root, arm, s), pre.diagnostics)
-                                for s in study.seeds}
+                                for s in seeds}
         results["arms"][arm.label] = entry
     for h in pre.hypotheses:
-        pairs = [(outcomes[(h.baseline, s)], outcomes[(h.arm, s)]) for s in study.seeds]
+        pairs = [(outcomes[(h.baseline, s)], outcomes[(h.arm, s)]) for s in seeds]
         pooled = compare_seeds(pairs)
-        verdict = decide(pooled, direction=h.direction, test=pre.test, alpha=pre.alpha, min_effect=pre.min_effect)
+        verdict = (decide(pooled, direction=h.direction, test=pre.test, alpha=pre.alpha, min_effect=pre.min_effect)
+                   if complete else f"incomplete ({len(seeds)} of {len(study.seeds)} registered seeds)")
         results["hypotheses"].append({
-            **asdict(h), "pooled": pooled.to_dict(), "per_seed": {str(s): compare(b, a).to_dict() for s, (b, a) in zip(study.seeds, pairs)},
+            **asdict(h), "pooled": pooled.to_dict(), "per_seed": {str(s): compare(b, a).to_dict() for s, (b, a) in zip(seeds, pairs)},
             "verdict": verdict,
         })
     write_json_atomic(out / "comparison.json", results)
@@ -502,8 +512,11 @@ def render(results: dict[str, Any]) -> str:
              + (f", commit {results['git']['commit'][:10]} of {results['git']['date']}" if results.get("git") else ", not committed")
              + f"). Metric {pre['metric']} on {pre['split']} (first {pre['n_questions']} tasks), seeds "
              f"{', '.join(map(str, pre['seeds']))}, {pre['steps']} steps; test {pre['test']}, alpha {pre['alpha']}, "
-             f"smallest effect {pre['min_effect']}.", "", f"Prediction: {pre['prediction']}", "",
-             "| arm | mean | per seed |", "|---|---|---|"]
+             f"smallest effect {pre['min_effect']}.", "", f"Prediction: {pre['prediction']}", ""]
+    if not results.get("complete", True):
+        lines += [f"**Part way: seeds {', '.join(map(str, results['seeds_done']))} of {', '.join(map(str, pre['seeds']))} "
+                  "are in. The figures below are interim, and no verdict is drawn until every registered seed is.**", ""]
+    lines += ["| arm | mean | per seed |", "|---|---|---|"]
     for label, a in results["arms"].items():
         lines.append(f"| {label} | {a['mean']:.3f} | {', '.join(f'{v:.3f}' for v in a['per_seed'])} |")
     lines += ["", "| hypothesis | difference [95% CI] | wins / losses | McNemar p | permutation p | per seed | verdict |",

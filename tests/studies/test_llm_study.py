@@ -239,6 +239,35 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
     assert todo == [("train", "GRPO", 1)]
 
 
+def test_a_study_part_way_is_reported_on_its_finished_seeds_and_decides_nothing(repo):
+    """Seeds of a long study run in different sessions: the report covers the seeds whose every arm has
+    its record, says it is interim, and gives no verdict until all registered seeds are in."""
+    from stratagym.errors import ConfigError
+    from stratagym.studies.llm import compare_study
+
+    study = load_llm_study(repo / "tiny.yaml")
+    pre, proof = check_study(study)
+    with pytest.raises(ConfigError, match="no seed has an eval record for every arm"):
+        compare_study(study, pre, proof, out=repo / "out", runs_root=repo / "runs")
+    calls = []
+
+    def command(argv, env):
+        calls.append(argv[0])
+        return _in_process(argv, env)
+
+    full = run_llm_study(study, out=repo / "out", runs_root=repo / "runs", command=command, log=lambda m: None)
+    assert full["complete"] and full["seeds_done"] == [0, 1, 2]
+    (repo / "out" / "records" / "stratified-s1.json").unlink()  # seed 1 lacks an arm; seed 2 is whole
+    part = compare_study(study, pre, proof, out=repo / "out", runs_root=repo / "runs")
+    assert not part["complete"] and part["seeds_done"] == [0, 2]
+    (h,) = part["hypotheses"]
+    assert h["verdict"] == "incomplete (2 of 3 registered seeds)" and set(h["per_seed"]) == {"0", "2"}
+    assert part["arms"]["GRPO"]["per_seed"] == [full["arms"]["GRPO"]["per_seed"][i] for i in (0, 2)]
+    assert h["per_seed"]["2"] == full["hypotheses"][0]["per_seed"]["2"]
+    md = (repo / "out" / "comparison.md").read_text()
+    assert "Part way: seeds 0, 2 of 0, 1, 2" in md and "**incomplete (2 of 3 registered seeds)**" in md
+
+
 def test_jobs_run_arm_seed_chains_at_once_seed_by_seed_and_name_every_failure(repo):
     """--jobs 2: two train-then-eval chains run at the same time (the barrier only opens when two commands
     are in flight), they start seed by seed, and a failed command stops neither its neighbour nor the
