@@ -278,19 +278,21 @@ RUN_LIBRARIES = ("torch", "transformers", "peft", "trl", "accelerate", "vllm", "
 
 
 def _keep_metrics(study: LLMStudy, out: Path, runs_root: Path, arm: Arm, seed: int) -> None:
+    """Copy a finished run's ``metrics.jsonl`` to :func:`kept_metrics_path` and, once, the software it ran
+    under; a run trained elsewhere (no log here) leaves what was kept there as it is."""
     import platform
 
     from stratagym.atomic import atomic_write, write_json_atomic
     from stratagym.envs.fingerprint import library_versions
 
     src = run_dir(study, runs_root, arm, seed) / "metrics.jsonl"
-    dst = kept_metrics_path(out, arm, seed)
-    software = dst.with_suffix(".software.json")
-    if not src.is_file():  # trained elsewhere: what was kept there stays as it is
+    if not src.is_file():
         return
-    if not (dst.is_file() and dst.read_bytes() == src.read_bytes()):
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(dst, src.read_text(encoding="utf-8"))
+    log = src.read_bytes()
+    dst = kept_metrics_path(out, arm, seed)
+    if not dst.is_file() or dst.read_bytes() != log:
+        atomic_write(dst, log)
+    software = dst.with_suffix(".software.json")
     if not software.is_file():  # the run was trained here, in this process's environment
         write_json_atomic(software,
                           {"python": platform.python_version(), "machine": platform.machine(),

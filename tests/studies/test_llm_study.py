@@ -249,13 +249,7 @@ def test_a_study_part_way_is_reported_on_its_finished_seeds_and_decides_nothing(
     pre, proof = check_study(study)
     with pytest.raises(ConfigError, match="no seed has an eval record for every arm"):
         compare_study(study, pre, proof, out=repo / "out", runs_root=repo / "runs")
-    calls = []
-
-    def command(argv, env):
-        calls.append(argv[0])
-        return _in_process(argv, env)
-
-    full = run_llm_study(study, out=repo / "out", runs_root=repo / "runs", command=command, log=lambda m: None)
+    full = run_llm_study(study, out=repo / "out", runs_root=repo / "runs", command=_in_process, log=lambda m: None)
     assert full["complete"] and full["seeds_done"] == [0, 1, 2]
     (repo / "out" / "records" / "stratified-s1.json").unlink()  # seed 1 lacks an arm; seed 2 is whole
     part = compare_study(study, pre, proof, out=repo / "out", runs_root=repo / "runs")
