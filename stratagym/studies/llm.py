@@ -317,8 +317,8 @@ def plan(study: LLMStudy, out: Path, runs_root: Path) -> list[tuple[str, Arm, in
             sets = {**arm.set, "train.seed": seed, "train.total_steps": study.steps, "train.output_dir": str(rdir)}
             argv = ["train", "--config", study.recipe] + [a for k, v in sets.items() for a in ("--set", f"{k}={_value(v)}")]
             rec = record_path(out, arm, seed)
-            finished_elsewhere = rec.is_file() and kept_metrics_path(out, arm, seed).is_file()
-            if (final / "COMPLETE").exists() or finished_elsewhere:
+            committed_as_done = rec.is_file() and kept_metrics_path(out, arm, seed).is_file()  # here or on another machine
+            if (final / "COMPLETE").exists() or committed_as_done:
                 steps.append(("done-train", arm, seed, argv))
             else:
                 if (rdir / "checkpoints").is_dir():
