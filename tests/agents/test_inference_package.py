@@ -31,6 +31,8 @@ def test_old_from_imports_work_in_a_fresh_process_and_the_policy_module_does_not
     lazy = ("import sys, stratagym.agents.llm, stratagym.agents.backends; "
             "print(sorted(m for m in sys.modules if m.startswith('stratagym.agents.inference.')))")
     out = subprocess.run([sys.executable, "-c", lazy], capture_output=True, text=True, timeout=300)
-    # the hf backend's sampling loop comes with the backends; the speed machinery waits until a policy uses it
-    assert out.returncode == 0 and out.stdout.strip() == "['stratagym.agents.inference.hf_generator']", \
+    # the hf backend's sampling loop (and the cache keyword it needs) comes with the backends; the speed
+    # machinery waits until a policy uses it
+    assert out.returncode == 0 and out.stdout.strip() == ("['stratagym.agents.inference.hf_generator', "
+                                                          "'stratagym.agents.inference.kv_cache']"), \
         out.stdout + out.stderr[-2000:]

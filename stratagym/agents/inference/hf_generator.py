@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig, first_stop
+from stratagym.agents.inference.kv_cache import returned_cache
 
 __all__ = ["HFGenerator"]
 
@@ -110,13 +111,14 @@ class HFGenerator:
         ids, attn = ids.to(device), attn.to(device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-        state = {"past": out.past_key_values, "attn": attn, "pos": pos[:, -1:] + 1}
+        cache_kw, cache = returned_cache(out)
+        state = {"cache": cache, "attn": attn, "pos": pos[:, -1:] + 1}
 
         def step(tok: torch.Tensor) -> torch.Tensor:
             state["attn"] = torch.cat([state["attn"], torch.ones((B, 1), dtype=attn.dtype, device=device)], dim=1)
             o = model(input_ids=tok[:, None], attention_mask=state["attn"], position_ids=state["pos"],
-                      past_key_values=state["past"], use_cache=True)
-            state["past"] = o.past_key_values
+                      **{cache_kw: state["cache"]}, use_cache=True)
+            state["cache"] = returned_cache(o)[1]
             state["pos"] = state["pos"] + 1
             return o.logits[:, -1, :]
 

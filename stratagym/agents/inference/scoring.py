@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from stratagym.agents.inference.kv_cache import returned_cache
 from stratagym.agents.policy import SequenceLogProbs, pad_right, unwrap_model
 from stratagym.ops import token_logprobs
 
@@ -257,11 +258,11 @@ class LayoutScorer:
         else:
             out = self.model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=pre_pos, use_cache=True,
                              logits_to_keep=1)
-            cache = out.past_key_values
+            cache_kw, cache = returned_cache(out)
             cache.batch_select_indices(idx.to(device))
             keep = cols[None, :].expand(B, T)
             logits = self.model(input_ids=suf.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
-                                past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
+                                **{cache_kw: cache}, use_cache=True, logits_to_keep=keep).logits
         labels = suf[:, 1:].to(device)
         mask = cols[None, :] < rlen.to(device)[:, None]
         return self._log_probs(payloads, logits, labels, mask, with_entropy)
