@@ -384,7 +384,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
     return "\n".join(parts)
 
 
-def _literal_text() -> Any:
+def literal_plot_text() -> Any:
     """A matplotlib rc context in which text is drawn literally: labels are user text, and matplotlib
     would otherwise parse ``$...$`` in them as maths (``$\\foo$`` raises and fails the whole render)."""
     import matplotlib
@@ -393,7 +393,7 @@ def _literal_text() -> Any:
 
 
 def _plot_metric(t: BoardTable, path: Path) -> None:
-    with _literal_text():
+    with literal_plot_text():
         _draw_metric(t, path)
 
 
@@ -451,7 +451,7 @@ def _runs_of(training: dict[str, Any]) -> list[list[tuple[float, float]]]:
 
 def _plot_training(records: Iterable[dict[str, Any]], path: Path) -> bool:
     """Training curves per (env, algorithm): mean over seeds with a min-max band. False if none."""
-    with _literal_text():
+    with literal_plot_text():
         return _draw_training(records, path)
 
 

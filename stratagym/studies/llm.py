@@ -34,7 +34,8 @@ number of questions, metric and arms, and that git holds it unchanged. Outputs: 
 the eval records (``records/<arm>-s<seed>.json``), the finished runs' training logs
 (``metrics/<arm>-s<seed>.jsonl``), ``comparison.json`` (the pre-registration and its
 commit, per-hypothesis paired statistics over seeds and per seed, the verdict, per-stratum means and the
-registered diagnostics from each run's ``metrics.jsonl``) and ``comparison.md``.
+registered diagnostics from each run's ``metrics.jsonl``), ``comparison.md`` and ``figures.png`` (the
+registered test per seed and pooled, strata, and the training logs drawn; :mod:`.llm_plots`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ __all__ = [
     "Arm", "EvalSpec", "LLMStudy", "LLM_STUDY_DIR", "load_llm_study", "get_llm_study", "llm_study_names",
     "check_study", "plan", "run_llm_study", "compare_study", "Command",
 ]
+
+#: The study's figure, beside ``comparison.md`` (:mod:`.llm_plots`).
+FIGURES = "figures.png"
 
 #: Where LLM study files live (a subfolder: ``suites/studies/*.yaml`` are the scorer studies).
 LLM_STUDY_DIR = REPO_ROOT / "suites" / "studies" / "llm"
@@ -416,14 +420,21 @@ def _task_strata(study: LLMStudy, task_ids: Sequence[str]) -> dict[str, str]:
         env.close()
 
 
-def _diagnostics(path: Path, keys: Sequence[str]) -> dict[str, Any]:
-    """Per registered key: its first, last and mean value over the run's logged steps (None if never
-    logged); prefix keys ending in ``/`` collect every key under them."""
+def _read_log(path: Path) -> list[dict[str, Any]] | None:
+    """A run's logged steps (rows of its ``metrics.jsonl``), or None where the log is not there."""
     from stratagym.jsonl import read_jsonl
 
     if not path.is_file():
+        return None
+    return [obj for _, obj, _ in read_jsonl(path, error=ConfigError, skip_bad=True)]
+
+
+def _diagnostics(path: Path, keys: Sequence[str]) -> dict[str, Any]:
+    """Per registered key: its first, last and mean value over the run's logged steps (None if never
+    logged); prefix keys ending in ``/`` collect every key under them."""
+    rows = _read_log(path)
+    if rows is None:
         return {"missing": str(path)}
-    rows = [obj for _, obj, _ in read_jsonl(path, error=ConfigError, skip_bad=True)]
     names = sorted({k for r in rows for k in r if any(k == key or (key.endswith("/") and k.startswith(key)) for key in keys)})
     out: dict[str, Any] = {}
     for k in names:
@@ -434,6 +445,19 @@ def _diagnostics(path: Path, keys: Sequence[str]) -> dict[str, Any]:
         if not any(n == key or (key.endswith("/") and n.startswith(key)) for n in names):
             out[key] = None
     return out
+
+
+def _earlier_diagnostics(out: Path) -> dict[str, dict[str, Any]]:
+    """Per arm label, per seed: the diagnostics the study's earlier ``comparison.json`` holds. They were read
+    from run logs that may be gone (runs from before logs were kept, another machine's ``runs/``): a
+    report made without those logs keeps them instead of writing them over as missing."""
+    try:
+        old = json.loads((out / "comparison.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    arms = old.get("arms") if isinstance(old, dict) else None
+    return {label: a["diagnostics"] for label, a in (arms or {}).items()
+            if isinstance(a, dict) and isinstance(a.get("diagnostics"), dict)}
 
 
 def _metrics_of(study: LLMStudy, out: Path, runs_root: Path, arm: Arm, seed: int) -> Path:
@@ -462,6 +486,7 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
     from stratagym.atomic import atomic_write, write_json_atomic
     from stratagym.eval.paired import compare, compare_seeds, decide, outcomes_by_task
     from stratagym.eval.records import load_record
+    from stratagym.studies.llm_plots import plot_llm_study
 
     # seeds whose every arm has its record; a study part way (its seeds run in different sessions) is
     # reported on those, and decides nothing until all registered seeds are in
@@ -477,6 +502,7 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
                                                            by_seed=len(study.eval.seeds) > 1)
     all_tasks = sorted(set.intersection(*(set(o) for o in outcomes.values())))  # episodes: task or task#seed
     strata = _task_strata(study, all_tasks)
+    earlier = _earlier_diagnostics(out)
     results: dict[str, Any] = {"study": _portable_paths(study.to_dict(), ("path", "preregistration", "recipe")),
                                "preregistration": _portable_paths(pre.to_dict(), ("path",)), "git": proof,
                                "seeds_done": seeds, "complete": complete, "arms": {}, "hypotheses": []}
@@ -489,8 +515,11 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
                 for t in all_tasks:
                     by.setdefault(strata[t], []).append(outcomes[(arm.label, s)][t])
             entry["by_stratum"] = {k: {"mean": sum(v) / len(v), "n": len(v) // len(seeds)} for k, v in sorted(by.items())}
-        entry["diagnostics"] = {str(s): _diagnostics(_metrics_of(study, out, runs_root, arm, s), pre.diagnostics)
-                                for s in seeds}
+        entry["diagnostics"] = {}
+        for s in seeds:
+            d = _diagnostics(_metrics_of(study, out, runs_root, arm, s), pre.diagnostics)
+            kept = earlier.get(arm.label, {}).get(str(s))
+            entry["diagnostics"][str(s)] = kept if "missing" in d and isinstance(kept, dict) and "missing" not in kept else d
         results["arms"][arm.label] = entry
     for h in pre.hypotheses:
         pairs = [(outcomes[(h.baseline, s)], outcomes[(h.arm, s)]) for s in seeds]
@@ -503,6 +532,10 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
         })
     write_json_atomic(out / "comparison.json", results)
     atomic_write(out / "comparison.md", render(results))
+    curves = {arm.label: {s: rows for s in seeds
+                          if (rows := _read_log(_metrics_of(study, out, runs_root, arm, s))) is not None}
+              for arm in study.arms}
+    plot_llm_study(results, {label: by_seed for label, by_seed in curves.items() if by_seed}, out / FIGURES)
     return results
 
 
@@ -529,6 +562,7 @@ def render(results: dict[str, Any]) -> str:
         lines.append(f"| {h['arm']} {op} {h['baseline']} | {c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}] | "
                      f"{c['wins']} / {c['losses']} | {c['mcnemar_p']:.3g} | {c['permutation_p']:.3g} | "
                      f"{', '.join(f'{d:+.3f}' for d in c['per_seed'])} | **{h['verdict']}** |")
+    lines += ["", f"![the registered test, strata and training logs]({FIGURES})"]
     if any("by_stratum" in a for a in results["arms"].values()):
         lines += ["", f"By {results['study']['strata']} (mean over seeds):", ""]
         for label, a in results["arms"].items():

@@ -113,38 +113,41 @@ def plot_curves(results: Mapping[str, Any], panels: Sequence[tuple[str, str]], p
     import matplotlib.pyplot as plt
     from scipy import stats
 
-    methods = [m["label"] for m in results["study"]["methods"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (key, ylabel) in zip(axes[0], panels):
-        for c, m in enumerate(methods):
-            runs = [r for r in results["runs"] if r["method"] == m]
-            if not runs:
-                continue
-            its, mat = curve_matrix(runs, key)
-            if mat.size == 0 or np.all(np.isnan(mat)):
-                continue
-            color = colors[c % len(colors)]
-            for row in mat:
-                ax.plot(its, row, color=color, alpha=0.18, lw=0.8)
-            n = np.sum(~np.isnan(mat), axis=0)
-            mean = np.nanmean(mat, axis=0)
-            sd = np.nanstd(mat, axis=0, ddof=1) if mat.shape[0] > 1 else np.zeros_like(mean)
-            half = np.where(n > 1, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), 0.0)
-            ax.plot(its, mean, color=color, lw=2, label=f"{m} (n={mat.shape[0]})")
-            lo, hi = mean - half, mean + half
-            if key.startswith("success"):
-                lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-            ax.fill_between(its, lo, hi, color=color, alpha=0.15)
-        ax.set_xlabel("training iteration")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8, loc="best")
-    fig.suptitle(results["study"]["title"], fontsize=10)
-    fig.tight_layout()
+    from stratagym.leaderboard.render import literal_plot_text
+
     path = Path(path)
-    try:
-        atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=110))
-    finally:
-        plt.close(fig)
+    with literal_plot_text():  # method labels come from study files: drawn as written, no $...$ maths
+        methods = [m["label"] for m in results["study"]["methods"]]
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for ax, (key, ylabel) in zip(axes[0], panels):
+            for c, m in enumerate(methods):
+                runs = [r for r in results["runs"] if r["method"] == m]
+                if not runs:
+                    continue
+                its, mat = curve_matrix(runs, key)
+                if mat.size == 0 or np.all(np.isnan(mat)):
+                    continue
+                color = colors[c % len(colors)]
+                for row in mat:
+                    ax.plot(its, row, color=color, alpha=0.18, lw=0.8)
+                n = np.sum(~np.isnan(mat), axis=0)
+                mean = np.nanmean(mat, axis=0)
+                sd = np.nanstd(mat, axis=0, ddof=1) if mat.shape[0] > 1 else np.zeros_like(mean)
+                half = np.where(n > 1, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), 0.0)
+                ax.plot(its, mean, color=color, lw=2, label=f"{m} (n={mat.shape[0]})")
+                lo, hi = mean - half, mean + half
+                if key.startswith("success"):
+                    lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+                ax.fill_between(its, lo, hi, color=color, alpha=0.15)
+            ax.set_xlabel("training iteration")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8, loc="best")
+        fig.suptitle(results["study"]["title"], fontsize=10)
+        fig.tight_layout()
+        try:
+            atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=110))
+        finally:
+            plt.close(fig)
     return path

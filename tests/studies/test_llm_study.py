@@ -16,6 +16,7 @@ from stratagym.errors import UserError
 from stratagym.studies.llm import (
     LLM_STUDY_DIR,
     check_study,
+    compare_study,
     get_llm_study,
     llm_study_names,
     load_llm_study,
@@ -217,7 +218,8 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
     saved = json.loads((repo / "out" / "comparison.json").read_text())
     assert saved["hypotheses"][0]["verdict"] == h["verdict"]
     md = (repo / "out" / "comparison.md").read_text()
-    assert "Stratified > GRPO" in md and "By hops" in md
+    assert "Stratified > GRPO" in md and "By hops" in md and "(figures.png)" in md
+    assert (repo / "out" / "figures.png").read_bytes()[:4] == b"\x89PNG"
     # everything is done: a second run runs no command and gives the same comparison
     again = run_llm_study(study, out=repo / "out", runs_root=repo / "runs",
                           command=lambda argv, env: pytest.fail(f"reran {argv[0]}"), log=lambda m: None)
@@ -233,8 +235,15 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
     elsewhere = run_llm_study(study, out=repo / "out", runs_root=repo / "gone",
                               command=lambda argv, env: pytest.fail(f"reran {argv[0]}"), log=lambda m: None)
     assert elsewhere["hypotheses"] == res["hypotheses"] and elsewhere["arms"] == res["arms"]
-    # a run with a record but no kept log is trained again (its diagnostics would be missing otherwise)
+    # a report made where a run's log is gone keeps the diagnostics the earlier comparison read from it
     (repo / "out" / "metrics" / "grpo-s1.jsonl").unlink()
+    report = compare_study(study, *check_study(study), out=repo / "out", runs_root=repo / "gone")
+    assert report["arms"] == res["arms"]
+    (repo / "out" / "comparison.json").unlink()  # without an earlier comparison, it says the log is missing
+    report = compare_study(study, *check_study(study), out=repo / "out", runs_root=repo / "gone")
+    assert set(report["arms"]["GRPO"]["diagnostics"]["1"]) == {"missing"}
+    assert report["arms"]["GRPO"]["diagnostics"]["0"] == res["arms"]["GRPO"]["diagnostics"]["0"]
+    # a run with a record but no kept log is trained again (its diagnostics would be missing otherwise)
     todo = [(s[0], s[1].label, s[2]) for s in plan(study, repo / "out", repo / "gone") if not s[0].startswith("done")]
     assert todo == [("train", "GRPO", 1)]
 

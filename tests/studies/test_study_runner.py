@@ -89,3 +89,15 @@ def test_labels_cannot_break_the_markdown_table():
     for line in rows:  # unescaped pipes delimit cells: 4 columns in the main table, 2 in the differences
         cells = line.replace("\\|", "").count("|") - 1
         assert cells in (4, 2), line
+
+
+def test_labels_are_drawn_literally_in_the_curves(tmp_path):
+    """A label with ``$...$`` is drawn as written: matplotlib would parse it as maths, and ``$\\foo$`` (an
+    unknown command) would fail the whole figure."""
+    from stratagym.studies.report import plot_curves
+
+    results = {"study": {"title": "t $x$", "methods": [{"label": r"A $\foo$"}, {"label": "B"}]},
+               "runs": [{"method": m, "seed": s, "curve": [{"iteration": i, "success": 0.1 * i} for i in range(3)]}
+                        for m in (r"A $\foo$", "B") for s in (0, 1)]}
+    path = plot_curves(results, [("success", "success")], tmp_path / "curves.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
