@@ -161,8 +161,11 @@ class SplitComparison:
     ``test_unseen`` (the unseen world) sit side by side: a model that learned to search scores alike on
     both, one that memorised the training world does not.
 
-    An agent is its label, algorithm and content hash; where it has several results on a split, the one
-    with the most episodes is shown (the first in rank order among equals)."""
+    An agent is its label, algorithm and content hash. Its cell on a split comes from that split's main
+    table where it has a result there, else from another table of the split whose protocol was measured
+    (a different number of tasks, say; the per-split boards below name the difference): a row then still
+    sets one agent's splits side by side. Legacy tables (no protocol) count only as a split's main table.
+    Among several results, the one with the most episodes is shown (the first in rank order among equals)."""
 
     def __init__(self, env: str, metric: str, splits: list[str], rows: list[dict[str, Any]]):
         self.env, self.metric, self.splits, self.rows = env, metric, splits, rows
@@ -176,26 +179,28 @@ def split_comparisons(tables: Sequence[BoardTable]) -> dict[str, SplitComparison
     """env -> :class:`SplitComparison` for every env with boards on two or more splits (same metric)."""
     by_env: dict[str, list[BoardTable]] = defaultdict(list)
     for t in tables:
-        if t.main:  # each split's main protocol only: the side-by-side view compares splits, not protocols
+        if t.main or t.source != "legacy":
             by_env[t.env].append(t)
     out = {}
     for env, ts in by_env.items():
-        metric = ts[0].metric
+        metric = next(t.metric for t in ts if t.main)
         ts = [t for t in ts if t.metric == metric]
-        if len(ts) < 2:
+        splits = list(dict.fromkeys(t.split for t in ts))
+        if len(splits) < 2:
             continue
         rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+        best: dict[tuple[tuple[str, str, str], str], tuple[bool, int]] = {}  # (main table, episodes) of each cell
         for t in ts:
             for r in t.rows:
                 key = (r["agent"], r["algorithm"], r.get("agent_hash", ""))
                 row = rows.setdefault(key, {"agent": r["agent"], "algorithm": r["algorithm"], "cells": {}})
-                old = row["cells"].get(t.split)
-                if old is None or r["n"] > old[1]:
+                if (key, t.split) not in best or (t.main, r["n"]) > best[(key, t.split)]:
+                    best[(key, t.split)] = (t.main, r["n"])
                     row["cells"][t.split] = (r["metric"], r["n"])
-        first = ts[0].split
+        first = splits[0]
         ordered = sorted(rows.values(), key=lambda r: (-(r["cells"][first][0][0] if first in r["cells"] else -math.inf),
                                                        r["agent"]))
-        out[env] = SplitComparison(env, metric, [t.split for t in ts], ordered)
+        out[env] = SplitComparison(env, metric, splits, ordered)
     return out
 
 

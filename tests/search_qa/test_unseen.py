@@ -171,3 +171,18 @@ def test_eval_cli_two_splits_then_board_side_by_side(tmp_path, capsys):
     assert "## stratagym/SearchQA-v0 — split `test_unseen`" in md
     page = paths["html"].read_text()
     assert 'class="sortable splits"' in page and "test_unseen em" in page
+    # an agent whose test_unseen result sits in another protocol's table of that split (20 questions, not
+    # 40) still has both of its splits side by side in its row
+    for split, n in (("test", "40"), ("test_unseen", "20")):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["eval", "scripted:oracle", "--env", "stratagym/SearchQA-v0", "--split", split, "-n", n,
+                      "--label", "oracle, 20 unseen", "--out", str(tmp_path / f"twenty-{split}"), "--submit",
+                      "--board", str(board), "-q"])
+        assert info.value.code in (0, None)
+    lb = Leaderboard(board)
+    md = render_board(lb, tmp_path / "site2", plots=False)["markdown"].read_text()
+    lb.close()
+    assert "## stratagym/SearchQA-v0 — split `test_unseen` — another protocol" in md
+    section = md.split("splits side by side", 1)[1].split("\n## ", 1)[0]
+    (row,) = [ln for ln in section.splitlines() if ln.startswith("| oracle, 20 unseen |")]
+    assert row.endswith("| 40 | 20 |") and row.count("1.000 [") == 2, row
