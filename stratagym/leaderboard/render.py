@@ -164,7 +164,8 @@ class SplitComparison:
     An agent is its label, algorithm and content hash. Its cell on a split comes from that split's main
     table where it has a result there, else from another table of the split whose protocol was measured
     (a different number of tasks, say; the per-split boards below name the difference): a row then still
-    sets one agent's splits side by side. Legacy tables (no protocol) count only as a split's main table.
+    sets one agent's splits side by side. Tables whose protocol is recomputed from old records (or unknown)
+    count only as a split's main table.
     Among several results, the one with the most episodes is shown (the first in rank order among equals)."""
 
     def __init__(self, env: str, metric: str, splits: list[str], rows: list[dict[str, Any]]):
@@ -179,7 +180,7 @@ def split_comparisons(tables: Sequence[BoardTable]) -> dict[str, SplitComparison
     """env -> :class:`SplitComparison` for every env with boards on two or more splits (same metric)."""
     by_env: dict[str, list[BoardTable]] = defaultdict(list)
     for t in tables:
-        if t.main or t.source != "legacy":
+        if t.main or t.source == "measured":
             by_env[t.env].append(t)
     out = {}
     for env, ts in by_env.items():
