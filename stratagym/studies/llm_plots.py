@@ -62,12 +62,11 @@ def _draw_test(ax: Any, results: Mapping[str, Any], h: Mapping[str, Any]) -> Non
                     color="black" if pooled else "tab:blue", ms=7 if pooled else 5, capsize=3, lw=2 if pooled else 1)
     ax.axvline(0.0, color="grey", lw=1)
     sign = 1.0 if h["direction"] == "greater" else -1.0
-    ax.axvline(sign * float(pre["min_effect"]), color="tab:red", lw=1, ls="--",
-               label=f"registered smallest effect {sign * float(pre['min_effect']):+g}")
+    ax.axvline(sign * float(pre["min_effect"]), color="tab:red", lw=1, ls="--")
     ax.set_yticks(y, [r[0] for r in rows])
     ax.set_xlabel(f"{h['arm']} - {h['baseline']}: {pre['metric']} on {pre['split']}, 95% CI")
-    ax.set_title(f"registered test: {h['verdict']}", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"registered test: {h['verdict']} (dashed: smallest effect {sign * float(pre['min_effect']):+g})",
+                 fontsize=9)
     ax.grid(alpha=0.3, axis="x")
 
 
