@@ -429,10 +429,10 @@ def _read_log(path: Path) -> list[dict[str, Any]] | None:
     return [obj for _, obj, _ in read_jsonl(path, error=ConfigError, skip_bad=True)]
 
 
-def _diagnostics(path: Path, keys: Sequence[str]) -> dict[str, Any]:
-    """Per registered key: its first, last and mean value over the run's logged steps (None if never
-    logged); prefix keys ending in ``/`` collect every key under them."""
-    rows = _read_log(path)
+def _diagnostics(rows: list[dict[str, Any]] | None, keys: Sequence[str], path: Path) -> dict[str, Any]:
+    """Per registered key: its first, last and mean value over the run's logged steps ``rows`` (None if
+    never logged); prefix keys ending in ``/`` collect every key under them. ``rows`` None: the log at
+    ``path`` is missing."""
     if rows is None:
         return {"missing": str(path)}
     names = sorted({k for r in rows for k in r if any(k == key or (key.endswith("/") and k.startswith(key)) for key in keys)})
@@ -503,6 +503,8 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
     all_tasks = sorted(set.intersection(*(set(o) for o in outcomes.values())))  # episodes: task or task#seed
     strata = _task_strata(study, all_tasks)
     earlier = _earlier_diagnostics(out)
+    log_paths = {(arm.label, s): _metrics_of(study, out, runs_root, arm, s) for arm in study.arms for s in seeds}
+    logs = {k: _read_log(p) for k, p in log_paths.items()}  # each run's training log, read once
     results: dict[str, Any] = {"study": _portable_paths(study.to_dict(), ("path", "preregistration", "recipe")),
                                "preregistration": _portable_paths(pre.to_dict(), ("path",)), "git": proof,
                                "seeds_done": seeds, "complete": complete, "arms": {}, "hypotheses": []}
@@ -517,7 +519,7 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
             entry["by_stratum"] = {k: {"mean": sum(v) / len(v), "n": len(v) // len(seeds)} for k, v in sorted(by.items())}
         entry["diagnostics"] = {}
         for s in seeds:
-            d = _diagnostics(_metrics_of(study, out, runs_root, arm, s), pre.diagnostics)
+            d = _diagnostics(logs[(arm.label, s)], pre.diagnostics, log_paths[(arm.label, s)])
             kept = earlier.get(arm.label, {}).get(str(s))
             entry["diagnostics"][str(s)] = kept if "missing" in d and isinstance(kept, dict) and "missing" not in kept else d
         results["arms"][arm.label] = entry
@@ -532,10 +534,11 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
         })
     write_json_atomic(out / "comparison.json", results)
     atomic_write(out / "comparison.md", render(results))
-    curves = {arm.label: {s: rows for s in seeds
-                          if (rows := _read_log(_metrics_of(study, out, runs_root, arm, s))) is not None}
-              for arm in study.arms}
-    plot_llm_study(results, {label: by_seed for label, by_seed in curves.items() if by_seed}, out / FIGURES)
+    curves: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for (label, s), rows in logs.items():
+        if rows is not None:
+            curves.setdefault(label, {})[s] = rows
+    plot_llm_study(results, curves, out / FIGURES)
     return results
 
 
