@@ -141,3 +141,19 @@ def test_difficulty_shared_keys():
         assert wins[opens] == [1.0] and all(v == 0.0 for m, rs in wins.items() if m != opens for v in rs)
         if level == "hard":
             assert len(wins["brass"]) == 4  # the easy tasks' answer is a decoy here
+
+
+def test_value_corridor_reports_best_doors_as_a_mean_beside_success():
+    """The LLM study's registered metric is a board column, summarised as a mean (0..segments), not a rate:
+    by hand, best doors 0, 1, 3, 3 average 1.75 while success (every fork right) is 2 of 4."""
+    from stratagym.envs.registry import get_spec
+    from stratagym.eval.aggregate import aggregate
+
+    spec = get_spec("stratagym/ValueCorridor-v0")
+    assert spec.primary_metric == "success" and spec.board_columns == ("best_doors", "turns")
+    episodes = [{"task_id": f"t{i}", "seed": 0, "total_reward": 0.0, "won": d == 3, "score": float(d == 3),
+                 "turns": 12, "search_count": 0, "valid_actions": 12, "truncated": False, "extra": {"best_doors": d}}
+                for i, d in enumerate([0, 1, 3, 3])]
+    m = aggregate(episodes, env_id="stratagym/ValueCorridor-v0").metrics
+    assert (m["best_doors"].value, m["best_doors"].method) == (1.75, "bootstrap")
+    assert m["success"].value == 0.5

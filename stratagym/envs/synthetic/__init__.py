@@ -25,6 +25,7 @@ optimal action in ``info["oracle_action"]`` (``oracle_info=True``) for the oracl
 ``docs/envs/synthetic.md`` for the structure and the optimal policy of each.
 """
 
+from stratagym.envs.metric_spec import MetricSpec
 from stratagym.envs.registry import EnvSpec
 
 #: The protocol fingerprint (docs/protocol.md): tasks are the code, so the behaviour version is the data;
@@ -69,7 +70,9 @@ ENV_SPECS = [
         lists_actions=True,
         # forks where the best door was taken (0..segments): per fork, where `won` needs every fork right
         record_info_keys=("best_doors",),
-        **_PROTOCOL,
+        # the LLM study's registered metric (docs/studies.md section 9) beside success on the board
+        metrics=(MetricSpec("best_doors", "mean"),),
+        **{**_PROTOCOL, "board_columns": ("best_doors", "turns")},
         agents={**_AGENTS, "blind_doors": "stratagym.envs.synthetic.agents:BlindDoorsAgent"},
     ),
     EnvSpec(
