@@ -76,6 +76,16 @@ def _splits(args: argparse.Namespace) -> list[str]:
     return [str(_recipe_env(args.recipe)[1].get("split", "test"))]
 
 
+def _report_splits(args: argparse.Namespace, out: Path) -> list[str]:
+    """The splits to report: ``--eval-splits``, else every split the SFT checkpoint was evaluated on in
+    ``out`` (a comparison run with several splits keys its scores ``split/task_id``; reporting it with the
+    recipe's one split would pair nothing), else the recipe's eval split."""
+    if args.eval_splits:
+        return args.eval_splits
+    found = sorted(p.name[len("eval_"):-len(".json")] for p in (out / "sft").glob("eval_*.json"))
+    return found or _splits(args)
+
+
 def _record_path(run_dir: Path, split: str) -> Path:
     return run_dir / f"eval_{split}.json"
 
@@ -351,6 +361,7 @@ def report(args: argparse.Namespace) -> None:
     from stratagym.eval.stats import across_seeds, mean, proportion
 
     out = Path(args.out)
+    args.eval_splits = _report_splits(args, out)
     before_recs = _records(out / "sft", args)
     before = _merged(before_recs, args)
     ids = sorted(before)
