@@ -1,9 +1,12 @@
 """Shared test helpers: play episodes through the project's one rollout loop and get eval rows; wait for a
-training run's checkpoint before killing it."""
+training run's checkpoint before killing it; import a script (scripts/, benchmarks/) that is not a package."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
+from types import ModuleType
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -51,3 +54,13 @@ def wait_for_checkpoint(proc: subprocess.Popen, output_dir: Path, step: int, *, 
     ended = "ended" if proc.poll() is not None else f"wrote no checkpoint of step {step} in {timeout:.0f} s"
     tail = log.read_text()[-2000:] if log is not None and log.exists() else ""
     raise AssertionError(f"training {ended} before it could be killed; make it longer\n{tail}")
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """Import the script at ``path`` as module ``name``, registered in ``sys.modules`` first (dataclasses
+    look their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

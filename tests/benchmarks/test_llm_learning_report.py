@@ -4,21 +4,15 @@ flags repeated (run with ``--eval-splits test,test_unseen`` and reported without
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
+
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("llm_learning_bench", ROOT / "benchmarks" / "llm_learning.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_report_takes_the_splits_the_sft_folder_was_evaluated_on(tmp_path):
-    mod = _module()
+    mod = load_script(ROOT / "benchmarks" / "llm_learning.py", "llm_learning_bench")
     args = argparse.Namespace(eval_splits=None, recipe=ROOT / "recipes/cpu/grpo-tiny-searchqa.yaml")
     assert mod._report_splits(args, tmp_path) == ["test"]  # nothing evaluated yet: the recipe's eval split
     (tmp_path / "sft").mkdir()

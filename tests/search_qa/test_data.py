@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 from stratagym.envs.core import ConfigError
 from stratagym.envs.search_qa.data import BUNDLED_DIR, load_corpus, load_qa
 from stratagym.envs.search_qa.protocol import format_prompt
+from tests.helpers import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,10 +38,7 @@ def test_bundled_benchmark_shape(test_questions):
 
 
 def test_generator_is_deterministic_and_matches_committed_data(tmp_path):
-    spec = importlib.util.spec_from_file_location("make_search_qa_data", REPO / "scripts" / "make_search_qa_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["make_search_qa_data"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
+    mod = load_script(REPO / "scripts" / "make_search_qa_data.py", "make_search_qa_data")
     mod.generate(tmp_path)
     for name in ("corpus.jsonl", "train.jsonl", "test.jsonl"):
         assert (tmp_path / name).read_bytes() == (BUNDLED_DIR / name).read_bytes(), name

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -13,6 +11,7 @@ import pytest
 import stratagym  # noqa: F401  (registers the envs)
 from stratagym.envs.core import ConfigError
 from stratagym.envs.search_qa.data import BUNDLED_CORPUS, BUNDLED_DIR, bundled_corpus, load_corpus, load_qa
+from tests.helpers import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 #: Words that appear in titles of both worlds because the templates write them, not the name maker.
@@ -23,11 +22,7 @@ TEMPLATE_WORDS = {"The", "River", "Mountains", "of", "Guild", "Order", "Brotherh
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_search_qa_data", REPO / "scripts" / "make_search_qa_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["make_search_qa_data"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "scripts" / "make_search_qa_data.py", "make_search_qa_data")
 
 
 def _title_words(corpus) -> set[str]:

@@ -8,13 +8,12 @@ docs/llm-learning.md.)
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 from stratagym.training.sft import load_sft_recipe
+from tests.helpers import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes/cpu/sft-searchqa-multiworld.yaml"
@@ -27,11 +26,7 @@ WORLDS_SHA256 = {
 
 
 def _worlds_module():
-    spec = importlib.util.spec_from_file_location("make_search_qa_worlds", REPO / "scripts" / "make_search_qa_worlds.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["make_search_qa_worlds"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "scripts" / "make_search_qa_worlds.py", "make_search_qa_worlds")
 
 
 def test_worlds_rebuild_identically_and_avoid_the_unseen_world(tmp_path):
