@@ -146,18 +146,23 @@ class LLMCritic(_CriticBase):
     (loaded again from ``model``, so it is trained separately) with a value head. ``V(s_t)`` is read
     from ``payload["prompt_ids"]`` (the prompt the policy answered at turn ``t``)."""
 
-    def __init__(self, model: nn.Module, pad_token_id: int, source: str):
+    def __init__(self, model: nn.Module, pad_token_id: int, source: str,
+                 compute_dtype: Optional[torch.dtype] = None):
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.source = source
+        #: the critic trains all its weights, so they stay fp32 (the optimizer's master copy); with a
+        #: bf16/fp16 policy its forward runs under ``torch.autocast`` in that dtype
+        self.compute_dtype = None if compute_dtype in (None, torch.float32) else compute_dtype
 
     @classmethod
     def from_model(cls, path: str, *, pad_token_id: int, dtype: Optional[torch.dtype] = None,
                    device: Optional[torch.device] = None, seed: int = 0) -> "LLMCritic":
+        """``dtype``: the compute dtype (the policy's); the weights load in fp32 whatever it is."""
         from transformers import AutoModel
 
         try:
-            body = AutoModel.from_pretrained(path, dtype=dtype)
+            body = AutoModel.from_pretrained(path, dtype=torch.float32)
         except OSError as exc:
             raise ConfigError(f"critic: could not load the model {path!r}: {exc}") from exc
         with torch.random.fork_rng(devices=[]):
@@ -165,7 +170,7 @@ class LLMCritic(_CriticBase):
             model = LLMValueModel(body, body.config.hidden_size)
         if device is not None:
             model.to(device)
-        return cls(model, pad_token_id, str(path))
+        return cls(model, pad_token_id, str(path), compute_dtype=dtype)
 
     @property
     def device(self) -> torch.device:
@@ -183,7 +188,10 @@ class LLMCritic(_CriticBase):
             ids[i, : p.numel()] = p
         last = torch.tensor([int(p.numel()) - 1 for p in prompts], dtype=torch.long)
         dev = self.device
-        return self.model(ids.to(dev), last.to(dev)).float()
+        if self.compute_dtype is None:
+            return self.model(ids.to(dev), last.to(dev)).float()
+        with torch.autocast(dev.type, dtype=self.compute_dtype):
+            return self.model(ids.to(dev), last.to(dev)).float()
 
     def save_pretrained(self, directory: str | os.PathLike[str]) -> None:
         from safetensors.torch import save_file
@@ -241,7 +249,7 @@ def build_critic(policy: Any, options: Optional[dict[str, Any]] = None, *, seed:
             raise ConfigError("critic: with a LoRA policy name the critic's base model in critic.options.model")
         path = str(opts.get("model") or policy.config.model)
         return LLMCritic.from_model(path, pad_token_id=int(policy.tokenizer.pad_token_id),
-                                    dtype=next(unwrap_model(policy.model).parameters()).dtype,
+                                    dtype=policy.compute_dtype,
                                     device=policy.device, seed=seed)
     raise ConfigError(
         f"PPO with a critic needs a value model for {type(policy).__name__}; critics exist for ScorerPolicy and "

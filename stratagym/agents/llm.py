@@ -52,13 +52,12 @@ from stratagym.agents.policy import (
 from stratagym.agents.prompts import PromptTemplate, template_for_env
 from stratagym.agents.tool_messages import chat_template_has_tools, fallback_messages, openai_messages
 from stratagym.errors import ConfigError
+from stratagym.precision import canonical_dtype, dtype_name, resolve_dtype
 
 __all__ = ["LLMConfig", "LLMPolicy", "POLICY_CONFIG_FILE"]
 
 POLICY_CONFIG_FILE = "stratagym_policy.json"
 _BACKENDS = ("hf", "vllm", "openai")
-_DTYPES = {"auto": None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 
 @dataclass
@@ -93,6 +92,11 @@ class LLMConfig:
     without gradient checkpointing, for batches whose attention mask fits in 256 MiB; other models (LoRA
     included), GPUs and longer batches use the transformers forward. False always calls the transformers
     model.
+    ``dtype``: the compute dtype (:mod:`stratagym.precision`): ``float32`` (the default), ``bfloat16``,
+    ``float16`` (CUDA), or ``auto`` (bf16 where the chip computes it natively, else fp32). Frozen weights
+    (a LoRA base, the KL reference) are held in it; LoRA adapters stay fp32; a fully trained model keeps
+    fp32 master weights and computes under ``torch.autocast`` (the trainer's
+    :meth:`LLMPolicy.use_master_weights`). A saved policy records the dtype ``auto`` resolved to.
     ``vllm`` / ``openai``: keyword arguments of those backends.
     ``chat_template``: replace the tokenizer's chat template: a Jinja file, or ``trl:NAME`` for a template
     the installed TRL package ships (``trl:qwen2_5``: Qwen2.5's, with a tool section, for models whose own
@@ -108,7 +112,7 @@ class LLMConfig:
     top_p: float = 1.0
     top_k: int = 0
     max_prompt_tokens: int = 4096
-    dtype: str = "auto"
+    dtype: str = "float32"
     device: str = "auto"
     lora: Optional[dict[str, Any]] = None
     gradient_checkpointing: bool = False
@@ -127,8 +131,7 @@ class LLMConfig:
             raise ConfigError(f"policy.backend must be one of {_BACKENDS}, got {self.backend!r}")
         if not self.model and self.backend != "openai":
             raise ConfigError("policy.model is empty: give a local HF model folder (e.g. the tiny test model) or a hub name")
-        if self.dtype not in _DTYPES:
-            raise ConfigError(f"policy.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        canonical_dtype(self.dtype)  # ConfigError naming the choices
         if self.memory_k < 0:
             raise ConfigError(f"policy.memory_k must be >= 0, got {self.memory_k}")
         if self.fused_decode not in (True, False, "force"):
@@ -220,6 +223,8 @@ class LLMPolicy:
         self._reference_of: Optional[LLMPolicy] = None  # set on LoRA reference views
         self._initial_adapter: Optional[str] = None  # the adapter folder this policy was loaded from
         self._reference_adapter: Optional[str] = None  # on a LoRA reference view: the adapter it scores with
+        #: set by :meth:`use_master_weights`: fp32 weights, forward passes under autocast in this dtype
+        self.autocast_dtype: Optional[torch.dtype] = None
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
@@ -241,12 +246,16 @@ class LLMPolicy:
         cfg_file = Path(directory) / POLICY_CONFIG_FILE
         if cfg_file.exists():
             saved = json.loads(cfg_file.read_text())
+        if saved.get("dtype") == "auto":
+            # written before the dtype policy, when "auto" loaded the weights as saved: float32 for every
+            # stratagym checkpoint; "auto" now means "bf16 where the chip has it", so it is not read as that
+            saved["dtype"] = "float32"
         if config is None:
             data = {**saved, **overrides}
             data["model"] = directory
             config = LLMConfig.from_dict(data)
-        dtype = _DTYPES[config.dtype]
         device = _resolve_device(config.device)
+        dtype = resolve_dtype(config.dtype, device)
         adapter = Path(directory) / "adapter_config.json"
         try:
             if adapter.exists():
@@ -294,6 +303,53 @@ class LLMPolicy:
         policy._initial_adapter = directory if adapter.exists() else None
         return policy
 
+    # ---- precision ----------------------------------------------------------------------------------------
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the model computes in: the autocast dtype over fp32 master weights, else the dtype
+        of its frozen (base) weights."""
+        if self.autocast_dtype is not None:
+            return self.autocast_dtype
+        if self.model is None:
+            return torch.float32
+        params = list(unwrap_model(self.model).parameters())
+        frozen = [p for p in params if not p.requires_grad] or params
+        return frozen[0].dtype if frozen else torch.float32
+
+    def use_master_weights(self, mixed_precision: str = "no") -> bool:
+        """Before training: fp32 weights for what trains (the optimizer's master copy), compute in the
+        policy's dtype, as accelerate's and TRL's mixed precision do.
+
+        A full model loaded in bf16/fp16 is upcast to fp32 and computes under ``torch.autocast`` in the
+        loaded dtype from now on; LoRA adapters are fp32 already (peft upcasts them) and their frozen base
+        stays in its dtype. ``mixed_precision`` (``train.mixed_precision``: ``bf16``/``fp16``) over an fp32
+        policy puts it under autocast too, so that sampling and scoring run in one dtype (accelerate's own
+        autocast wraps only the forward it prepared). Returns whether anything changed."""
+        module = unwrap_model(self.model)
+        if module is None:
+            return False
+        trainable = [p for p in module.parameters() if p.requires_grad]
+        low = {p.dtype for p in trainable} - {torch.float32}
+        if low and self.is_lora:  # adapters peft did not upcast (autocast_adapter_dtype off): upcast them alone
+            for p in trainable:
+                p.data = p.data.float()
+            return True
+        if low:
+            self.autocast_dtype = next(iter(low))
+            module.float()
+        elif mixed_precision in ("bf16", "fp16") and self.compute_dtype == torch.float32:
+            self.autocast_dtype = resolve_dtype(mixed_precision, self.device, option="train.mixed_precision")
+        else:
+            return False
+        self.close()  # a backend built before samples from the fp32 weights under autocast from now on
+        return True
+
+    def compute_context(self) -> Any:
+        """``torch.autocast`` in the compute dtype when this policy trains fp32 master weights, else nothing."""
+        if self.autocast_dtype is None or self.model is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
     def save_pretrained(self, directory: str | os.PathLike[str]) -> None:
         """Weights (safetensors) + tokenizer + ``stratagym_policy.json`` into ``directory``."""
         out = Path(directory)
@@ -307,6 +363,8 @@ class LLMPolicy:
             self.tokenizer.save_pretrained(out)
         data = asdict(self.config)
         data.pop("model", None)
+        if self.model is not None:  # what "auto" resolved to here: the checkpoint records its dtype
+            data["dtype"] = dtype_name(self.compute_dtype)
         if data.get("lora") is not None:
             data["lora"] = None  # the adapter is saved; from_pretrained re-attaches it
         (out / POLICY_CONFIG_FILE).write_text(json.dumps(data, indent=2, sort_keys=True))
@@ -350,8 +408,11 @@ class LLMPolicy:
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
+        if self.autocast_dtype is not None:  # frozen weights are held in the compute dtype
+            model.to(self.autocast_dtype)
         ref = LLMPolicy(model, self.tokenizer, copy.deepcopy(self.config))
         ref.config.backend = "hf"
+        ref.autocast_dtype = self.autocast_dtype  # and run under the policy's autocast, as the policy does
         return ref
 
     # ---- backend ------------------------------------------------------------------------------------
@@ -360,7 +421,9 @@ class LLMPolicy:
         if self._backend is None:
             kind = self.config.backend
             if kind == "hf":
-                self._backend = HFGenerator(self.tokenizer, lambda: self.model, fused=self.config.fused_decode,
+                # fp32 master weights under autocast decode through the transformers forward, as they are scored
+                fused = False if self.autocast_dtype is not None else self.config.fused_decode
+                self._backend = HFGenerator(self.tokenizer, lambda: self.model, fused=fused,
                                             prefix_cache=self.config.prefix_cache)
             elif kind == "vllm":
                 path, opts = self._vllm_model_and_options()
@@ -392,7 +455,7 @@ class LLMPolicy:
         if base is not None:
             from stratagym.agents.backends import vllm_dtype_name
 
-            opts.setdefault("dtype", vllm_dtype_name(next(base.parameters()).dtype))
+            opts.setdefault("dtype", vllm_dtype_name(self.compute_dtype))
             limit = getattr(getattr(base, "config", None), "max_position_embeddings", None)
             want = self.config.max_prompt_tokens + self.config.max_new_tokens
             opts.setdefault("max_model_len", min(want, int(limit)) if limit else want)
@@ -513,7 +576,8 @@ class LLMPolicy:
             if self.config.backend == "vllm" and self._dirty:
                 self.backend.sync_weights(self.model)
                 self._dirty = False
-            raws = self.backend.generate(pids, stop, self.sampling, greedy=greedy)
+            with self.compute_context():
+                raws = self.backend.generate(pids, stop, self.sampling, greedy=greedy)
             for i, p, raw in zip(idx, pids, raws):
                 parsed = templates[i].parse(raw.text)
                 payload = {
@@ -529,10 +593,11 @@ class LLMPolicy:
     def sequence_log_probs(self, payloads: Sequence[Any], *, with_entropy: bool = False) -> SequenceLogProbs:
         if self.model is None:
             raise ConfigError("this policy has no local model (backend 'openai' is for evaluation only); it cannot be trained")
-        if self._reference_of is not None:
-            with self._reference_weights():
-                return self.scoring.score(payloads, with_entropy)
-        return self.scoring.score(payloads, with_entropy)
+        with self.compute_context():
+            if self._reference_of is not None:
+                with self._reference_weights():
+                    return self.scoring.score(payloads, with_entropy)
+            return self.scoring.score(payloads, with_entropy)
 
     @contextlib.contextmanager
     def _reference_weights(self) -> Iterator[None]:

@@ -31,6 +31,10 @@ The fields (``docs/protocol.md`` documents each one):
 ``reward``            the reward function the spec names (``EnvSpec.reward``)
 ``libraries``         distribution -> installed version for the libraries that change behaviour
                       (``EnvSpec.libraries``, or the subset the env says it uses); ``null`` when absent
+``dtype``             the compute dtype of a model agent (``bfloat16``, ``float16``) when it is not
+                      ``float32``: a bf16 eval of a model is not the fp32 eval of it. Absent for float32,
+                      scripted agents and every record before the dtype policy (all measured in float32),
+                      so their fingerprints are unchanged
 
 Everything here is pure standard library plus the registry, so the envs layer owns it.
 """
@@ -46,6 +50,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = [
     "PROTOCOL_FIELDS",
+    "DEFAULT_DTYPE",
     "LEGACY",
     "GLOBAL_NEUTRAL_KWARGS",
     "protocol_of",
@@ -148,22 +153,36 @@ def library_versions(names: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
+#: The compute dtype every record before the dtype policy was measured in; a protocol names only another one.
+DEFAULT_DTYPE = "float32"
+
+
+def _dtype_field(value: Any) -> Any:
+    return None if value in (None, DEFAULT_DTYPE) else value
+
+
 def fingerprint_of(fields: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of the protocol fields (the board groups records by it)."""
-    return _sha(_canonical({k: fields.get(k) for k in PROTOCOL_FIELDS}))
+    """sha256 of the canonical JSON of the protocol fields (the board groups records by it); ``dtype`` counts
+    only when it is not float32, so records from before the dtype policy keep their fingerprints."""
+    core = {k: fields.get(k) for k in PROTOCOL_FIELDS}
+    dtype = _dtype_field(fields.get("dtype"))
+    if dtype is not None:
+        core["dtype"] = dtype
+    return _sha(_canonical(core))
 
 
 _SPEC_NAME: Any = object()
 
 
 def protocol_of(env: Any, env_id: str, kwargs: Mapping[str, Any], task_ids: Sequence[str], split: str, *,
-                prompt_template: str | None = _SPEC_NAME) -> dict[str, Any]:
+                prompt_template: str | None = _SPEC_NAME, dtype: str | None = None) -> dict[str, Any]:
     """The protocol of an eval of ``env`` (the instance played, or its wrapper) on ``task_ids``.
 
     Returns ``{"fingerprint": ..., "source": "measured", "fields": {...}}``, what a result record keeps
     under ``protocol``. ``kwargs`` are the kwargs the env was made with (``gymnasium.make``'s).
     ``prompt_template``: the content fingerprint of the template the agent prompts with
     (``stratagym.agents.prompts.protocol_template``); not given, the spec's template name alone.
+    ``dtype``: the model agent's compute dtype (canonical name); recorded when it is not float32.
     """
     from stratagym.envs.registry import get_spec
 
@@ -183,6 +202,8 @@ def protocol_of(env: Any, env_id: str, kwargs: Mapping[str, Any], task_ids: Sequ
         "reward": spec.reward,
         "libraries": library_versions(spec.libraries if libs is None else libs),
     }
+    if _dtype_field(dtype) is not None:
+        fields["dtype"] = str(dtype)
     return {"fingerprint": fingerprint_of(fields), "source": "measured", "fields": fields}
 
 
@@ -221,6 +242,9 @@ def protocol_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> l
         _flat(name, a.get(name), fa)
         _flat(name, b.get(name), fb)
     out = []
+    da, db = _dtype_field(a.get("dtype")), _dtype_field(b.get("dtype"))
+    if da != db:
+        out.append(f"dtype: {da or DEFAULT_DTYPE} vs {db or DEFAULT_DTYPE}")
     for key in sorted(set(fa) | set(fb), key=lambda k: (PROTOCOL_FIELDS.index(k.split(".")[0]) if k.split(".")[0] in PROTOCOL_FIELDS else 99, k)):
         va, vb = fa.get(key, _ABSENT), fb.get(key, _ABSENT)
         if va != vb:

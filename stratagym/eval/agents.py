@@ -88,6 +88,36 @@ class AgentSpec:
         return str(value) if isinstance(value, str) and value else None
 
 
+    def compute_dtype(self, options: Mapping[str, Any]) -> str | None:
+        """The dtype a model agent computes in (canonical name), read without loading the model: ``dtype``
+        in its options (``-P dtype=bf16``; ``auto`` resolved on this machine), else the one its saved
+        ``stratagym_policy.json`` records (``auto`` there predates the dtype policy and meant float32), else
+        float32. None for agents without local weights (scripted, served)."""
+        if self.kind not in ("checkpoint", "hf", "policy"):
+            return None
+        from stratagym.precision import canonical_dtype, dtype_name, resolve_dtype
+
+        value = options.get("dtype")
+        if value is None and Path(self.name).is_dir():
+            from stratagym.agents.llm import POLICY_CONFIG_FILE
+
+            try:
+                saved = json.loads((Path(self.name) / POLICY_CONFIG_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                saved = {}
+            value = saved.get("dtype") if isinstance(saved, dict) else None
+            value = "float32" if value in (None, "auto") else value
+        if value is None:
+            return "float32"
+        if canonical_dtype(str(value)) != "auto":
+            return canonical_dtype(str(value))
+        import torch
+
+        device = str(options.get("device", "auto"))
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        return dtype_name(resolve_dtype("auto", device))
+
+
 def parse_agent_spec(spec: str) -> AgentSpec:
     """Parse ``spec`` (see the module docstring); raise :class:`AgentSpecError` with a fix otherwise."""
     spec = spec.strip()

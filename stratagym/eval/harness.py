@@ -296,7 +296,9 @@ def evaluate(
         # the prompt template by content: the agent's forced one, else the env's (tools under the tools protocol)
         template = protocol_template(config.env_id, override=spec.forced_template(config.agent_options),
                                      protocol=resolved_task_kwargs(spec_env, env_kwargs).get("protocol"))
-        protocol = protocol_of(all_tasks_env, config.env_id, env_kwargs, tasks, split, prompt_template=template)
+        dtype = spec.compute_dtype(config.agent_options)  # a bf16 eval is another protocol than an fp32 one
+        protocol = protocol_of(all_tasks_env, config.env_id, env_kwargs, tasks, split, prompt_template=template,
+                               dtype=dtype)
         # where the env's tasks come from (e.g. ALFWorld: "bundled" or the real data folder), if it says
         source = getattr(all_tasks_env.unwrapped, "data_source", None)
         data_source = str(source) if isinstance(source, str) and source else None
@@ -368,6 +370,8 @@ def evaluate(
 
     episodes = [done[(s, t)] for s in seeds for t in tasks]
     agent_info: dict[str, Any] = {"spec": spec.raw, "kind": spec.kind, "label": config.label or spec.label, "content_hash": agent_hash}
+    if dtype is not None:
+        agent_info["dtype"] = dtype
     if config.algorithm:
         agent_info["algorithm"] = config.algorithm
     record = build_record(

@@ -389,6 +389,9 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     t = _stage(times, "demos_s", t)
 
     # 2. tokenizer + base model
+    from stratagym.precision import resolve_dtype
+
+    compute = resolve_dtype(str(recipe.policy.get("dtype", "float32")), "cuda" if torch.cuda.is_available() else "cpu")
     template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
                                 recipe.policy.get("template"))
     base = out / "base"
@@ -398,7 +401,8 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         src = str(recipe.model["path"])
         try:
             tokenizer = AutoTokenizer.from_pretrained(src)
-            model = AutoModelForCausalLM.from_pretrained(src)
+            # a LoRA base is frozen: held in the compute dtype; a fully trained model keeps fp32 weights
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=compute if recipe.policy.get("lora") else torch.float32)
         except OSError as exc:
             raise ConfigError(f"model.path {src!r} could not be loaded: {exc}") from exc
         if recipe.model.get("require_tag_tokens", True):
@@ -477,7 +481,11 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         max_length=s.max_length,
         completion_only_loss=True,
         dataset_num_proc=None,
-        bf16=False,  # SFTConfig defaults to bf16, which runs ~4x slower on CPUs without bf16 matmul units
+        # SFTConfig defaults to bf16, which runs ~4x slower on CPUs without bf16 matmul units: the recipe's
+        # policy.dtype decides. A fully trained model computes under autocast over its fp32 weights; a LoRA
+        # base is already in the compute dtype (its fp32 adapters take their input upcast, as peft does)
+        bf16=compute == torch.bfloat16 and not policy.config.lora,
+        fp16=compute == torch.float16 and not policy.config.lora,
     )
     trainer_cls = SFTTrainer if s.fused_lm_head else _completion_logits_trainer()
     trainer = trainer_cls(model=model, args=args, train_dataset=Dataset.from_list(examples),
@@ -489,6 +497,8 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     # 4. export
     model = trainer.model
     policy.model = model
+    if compute != torch.float32 and not policy.config.lora:
+        policy.autocast_dtype = compute  # trained under autocast: the export records its compute dtype
     meta = {
         "recipe": recipe.to_dict(),
         "demos": {"path": str(demos_path), "sha256": demos_digest(demos_path), "episodes": len(records)},

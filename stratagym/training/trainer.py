@@ -232,6 +232,8 @@ class Trainer(TrainerUpdate):
             from stratagym.training.sft import check_policy_for_env
 
             check_policy_for_env(self.policy, config.env.id)
+        if hasattr(self.policy, "use_master_weights"):  # fp32 weights for what trains (docs/training.md, Precision)
+            self.policy.use_master_weights(tc.mixed_precision)
         self.estimator = get_estimator(config.algorithm.estimator, **dict(config.algorithm.estimator_kwargs))
         #: the policy loss, looked up and validated once (its options, and what the update needs to know
         #: of it: ``per_sequence``, ``ratio``); each micro-batch calls it, never a name

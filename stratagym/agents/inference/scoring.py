@@ -85,6 +85,8 @@ class LayoutScorer:
         not cover (then the transformers forward runs)."""
         if not self.config.fused_scoring or self.config.gradient_checkpointing:
             return None
+        if getattr(self.policy, "autocast_dtype", None) is not None:
+            return None  # fp32 master weights under autocast: the transformers forward, as the sampler runs it
         if self.model is not unwrap_model(self.model):
             return None
         from stratagym.agents.inference.fused_score import fused_scorer_for
