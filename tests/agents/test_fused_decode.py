@@ -1,9 +1,10 @@
 """The fused static-KV decode path reproduces the transformers forward exactly (Qwen2 and Llama, biases,
 grouped-query attention, left padding, shared prompts), samples the same tokens as the transformers loop,
-and is skipped for models it does not cover (LoRA)."""
+decodes LoRA models with their adapters merged, and is skipped for models it does not cover (DoRA)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -103,13 +104,51 @@ def test_fused_sampling_is_seeded_and_rescores_exactly():
     assert float(((res.logprobs - res.sampling_logprobs).abs() * res.mask).max()) < 1e-4
 
 
-def test_lora_models_fall_back_to_transformers():
+def _lora_policy(**lora: object) -> LLMPolicy:
     path = tiny_lm_path()
-    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), max_new_tokens=8, lora={"r": 4, "alpha": 8}))
+    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), max_new_tokens=8,
+                                                           lora={"r": 4, "alpha": 8, **lora}))
+    torch.manual_seed(1)
+    with torch.no_grad():  # B starts at zero: make the adapters matter
+        for name, p in pol.model.named_parameters():
+            if "lora_" in name:
+                p.add_(0.2 * torch.randn_like(p))
+    return pol
+
+
+def test_lora_models_decode_fused_with_the_adapters_merged():
+    """A LoRA policy samples through the fused decoder with ``W + scale * B @ A`` per projection: the
+    logits equal the peft model's own forward, with the adapters on and off, and the sampled tokens'
+    log-probs equal the trainer's scoring of them."""
     from stratagym.agents.policy import unwrap_model
 
+    pol = _lora_policy(target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    model = unwrap_model(pol.model).eval()
+    assert unsupported_reason(model) is None
+    ids = torch.tensor([[5, 17, 33, 8, 41, 12]])
+    for adapters in (True, False):
+        with (contextlib.nullcontext() if adapters else model.disable_adapter()), torch.no_grad():
+            dec = fused_decoder_for(model)
+            logits = dec.prefill(ids, torch.ones_like(ids), torch.tensor([0]), 12)
+            ref = model(input_ids=ids).logits[0, -1]
+            assert float((logits[0] - ref).abs().max()) < 1e-5
+    with torch.no_grad():
+        merged_off = model(input_ids=ids).logits[0, -1]
+        with model.disable_adapter():
+            assert float((model(input_ids=ids).logits[0, -1] - merged_off).abs().max()) > 1e-3  # adapters matter
+    torch.manual_seed(0)
+    gens = pol.generate([GenerationRequest("hello", {"step": 0}, (), "x")] * 2)
+    with torch.no_grad():
+        res = pol.sequence_log_probs([g.payload for g in gens])
+    assert float(((res.logprobs - res.sampling_logprobs).abs() * res.mask).max()) < 1e-4
+
+
+def test_lora_variants_fall_back_to_transformers():
+    from stratagym.agents.policy import unwrap_model
+
+    pol = _lora_policy(use_dora=True)
+    assert "variants" in unsupported_reason(unwrap_model(pol.model))
     assert fused_decoder_for(unwrap_model(pol.model)) is None
-    assert unsupported_reason(unwrap_model(pol.model)) is not None
     torch.manual_seed(0)
     gens = pol.generate([GenerationRequest("hello", {"step": 0}, (), "x")] * 2)
     with torch.no_grad():

@@ -25,12 +25,13 @@ transformers loop: :func:`fused_decoder_for` returns None and says why in :func:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FusedDecoder", "PrefixSource", "fused_decoder_for", "unsupported_reason"]
+__all__ = ["FusedDecoder", "PrefixSource", "causal_lm", "fused_decoder_for", "unsupported_reason"]
 
 _ARCHS = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn")
@@ -51,9 +52,60 @@ def _rope_type(cfg: Any) -> str:
 VERIFIED = frozenset({("cpu", torch.float32), ("cpu", torch.bfloat16)})
 
 
-def unsupported_reason(model: torch.nn.Module, *, force: bool = False) -> Optional[str]:
+def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers causal LM inside a peft model (its LoRA layers injected), or ``model`` itself."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) and hasattr(model, "peft_config") else model
+
+
+def _lora_reason(lin: torch.nn.Module) -> Optional[str]:
+    """None when ``lin`` is a peft LoRA linear whose output the merged weight ``W + scale * B @ A`` gives
+    (plain LoRA, unmerged, no bias of its own, no DoRA or other variant), else why not."""
+    base = getattr(lin, "base_layer", None)
+    if type(base) is not torch.nn.Linear or not hasattr(lin, "lora_A") or not hasattr(lin, "get_delta_weight"):
+        return "replaced linear layers (quantisation, adapters other than LoRA)"
+    if getattr(lin, "merged", False) or getattr(lin, "fan_in_fan_out", False):
+        return "merged or fan-in-fan-out LoRA layers"
+    for name in lin.active_adapters:
+        if name not in lin.lora_A:
+            continue
+        if (getattr(lin, "lora_variant", None) or {}).get(name) is not None or (getattr(lin, "use_dora", None) or {}).get(name):
+            return "LoRA variants (DoRA, ...)"
+        if (getattr(lin, "lora_bias", None) or {}).get(name):
+            return "LoRA with its own bias"
+    return None
+
+
+def _weight_bias(lin: torch.nn.Module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The effective weight and bias of a linear layer: a plain ``nn.Linear``'s own, or a LoRA layer's
+    base weight plus the active adapters' ``scale * B @ A`` (peft's own ``get_delta_weight``, computed in
+    fp32 and rounded once to the base dtype), so sampling runs one matmul per projection."""
+    if type(lin) is torch.nn.Linear:
+        return lin.weight, lin.bias
+    base = lin.base_layer
+    if getattr(lin, "disable_adapters", False):
+        return base.weight, base.bias
+    active = [a for a in lin.active_adapters if a in lin.lora_A]
+    if not active:
+        return base.weight, base.bias
+    delta = sum(lin.get_delta_weight(a).float() for a in active)
+    return (base.weight.float() + delta).to(base.weight.dtype), base.bias
+
+
+class _Lin:
+    """A linear layer's effective weight and bias (see :func:`_weight_bias`), as :func:`_cat_bias` reads them."""
+
+    def __init__(self, lin: torch.nn.Module):
+        self.weight, self.bias = _weight_bias(lin)
+        self.out_features = self.weight.shape[0]
+
+
+def unsupported_reason(model: torch.nn.Module, *, force: bool = False, lora: bool = True) -> Optional[str]:
     """None when :class:`FusedDecoder` reproduces ``model``'s forward exactly, else why not. ``force``
-    also allows devices and dtypes outside :data:`VERIFIED`."""
+    also allows devices and dtypes outside :data:`VERIFIED`. A peft LoRA model is decoded with its
+    adapters merged into the weights (the same products up to float rounding); ``lora=False`` refuses
+    LoRA layers (for code that reads the weights of ``nn.Linear`` layers itself)."""
+    model = causal_lm(model)
     name = type(model).__name__
     if name not in _ARCHS:
         return f"architecture {name} (fused decoding covers {', '.join(_ARCHS)})"
@@ -75,8 +127,11 @@ def unsupported_reason(model: torch.nn.Module, *, force: bool = False) -> Option
         linears += [a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj]
         if any(hasattr(a, n) for n in ("q_norm", "k_norm")):
             return "q/k norms"
-    if any(type(lin) is not torch.nn.Linear for lin in linears):
-        return "replaced linear layers (LoRA, quantisation)"
+    for lin in linears:
+        if type(lin) is not torch.nn.Linear:
+            why = _lora_reason(lin) if lora else "replaced linear layers (LoRA, quantisation)"
+            if why is not None:
+                return why
     if type(inner.embed_tokens) is not torch.nn.Embedding:
         return "replaced embedding"
     weight = model.lm_head.weight
@@ -139,6 +194,7 @@ class FusedDecoder:
 
     @torch.no_grad()
     def __init__(self, model: torch.nn.Module):
+        model = causal_lm(model)
         cfg = model.config
         inner = model.model
         self.nh = int(cfg.num_attention_heads)
@@ -148,8 +204,7 @@ class FusedDecoder:
         self.eps = float(cfg.rms_norm_eps)
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
-        self.head_w = model.lm_head.weight
-        self.head_b = model.lm_head.bias
+        self.head_w, self.head_b = _weight_bias(model.lm_head)
         self.inv_freq = inner.rotary_emb.inv_freq
         self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
         self.dtype = self.embed.dtype
@@ -159,7 +214,9 @@ class FusedDecoder:
         self.fold = self.dtype == torch.float32
         self.layers: list[_Layer] = []
         for layer in inner.layers:
-            a, m = layer.self_attn, layer.mlp
+            at, ml = layer.self_attn, layer.mlp
+            a = SimpleNamespace(**{n: _Lin(getattr(at, n)) for n in ("q_proj", "k_proj", "v_proj", "o_proj")})
+            m = SimpleNamespace(**{n: _Lin(getattr(ml, n)) for n in ("gate_proj", "up_proj", "down_proj")})
             ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
             w_qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
             w_gu = torch.cat([m.gate_proj.weight, m.up_proj.weight])

@@ -47,7 +47,7 @@ def _has_hooks(module: torch.nn.Module) -> bool:
 
 def scoring_unsupported_reason(model: torch.nn.Module) -> Optional[str]:
     """None when :class:`FusedScorer` reproduces ``model``'s training forward exactly, else why not."""
-    why = unsupported_reason(model, force=True)  # the architecture checks; devices are checked below
+    why = unsupported_reason(model, force=True, lora=False)  # the architecture checks; devices are checked below
     if why is not None:
         return why
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0.0:
