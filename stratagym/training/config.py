@@ -90,8 +90,11 @@ class RolloutConfig:
     filter_groups: bool = False  # DAPO dynamic sampling: keep drawing until tasks_per_step groups carry signal
     max_filter_rounds: int = 4  # at most this many draws per step (then train on what was found)
     # log-prob parity of sampler and trainer (stratagym/training/parity.py): stop at a token whose
-    # |engine - trainer| log-prob exceeds parity_max (null: log parity/* only); parity_tol: frac_over's bound
-    parity_max: Optional[float] = None
+    # |engine - trainer| log-prob exceeds parity_max, or at a step whose mean exceeds parity_mean_max;
+    # auto: the bounds of the policy's compute dtype (parity.DEFAULT_BOUNDS); null: off (log parity/* only);
+    # parity_tol: frac_over's bound
+    parity_max: "Optional[float | str]" = "auto"
+    parity_mean_max: "Optional[float | str]" = "auto"
     parity_tol: float = 0.1
     # asynchronous rollouts (stratagym/training/async_rollout.py, docs/async.md): ``async_workers`` Ray
     # actors, each with a policy copy, generate while the learner trains; a step's groups are trained at
@@ -279,8 +282,16 @@ class RecipeConfig:
         _positive("rollout.tasks_per_step", self.rollout.tasks_per_step)
         _positive("rollout.max_turns", self.rollout.max_turns)
         _positive("rollout.max_filter_rounds", self.rollout.max_filter_rounds)
-        if self.rollout.parity_max is not None and not float(self.rollout.parity_max) > 0:
-            raise ConfigError(f"rollout.parity_max must be > 0 or null (off), got {self.rollout.parity_max!r}")
+        for name in ("parity_max", "parity_mean_max"):
+            value = getattr(self.rollout, name)
+            if value is None or value == "auto":
+                continue
+            try:
+                ok = float(value) > 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ConfigError(f"rollout.{name} must be > 0, auto (the dtype's bound) or null (off), got {value!r}")
         if not float(self.rollout.parity_tol) > 0:
             raise ConfigError(f"rollout.parity_tol must be > 0, got {self.rollout.parity_tol!r}")
         self._validate_async()

@@ -16,8 +16,12 @@ sampled token with the trainer's log-prob of the same token id under the same we
 * ``parity/length_mismatch``: the share of turns whose scored length differs from the sampled one.
   It must be 0 (the trainer scores exactly the sampled ids); any other value stops the run.
 
-``rollout.parity_max`` (off by default) stops the run at the first token whose difference exceeds it,
-naming the step, the turn, the task and both values (:class:`ParityError`).
+``rollout.parity_max`` stops the run at the first token whose difference exceeds it, naming the step,
+the turn, the task and both values (:class:`ParityError`); ``rollout.parity_mean_max`` stops it when the
+step's mean difference exceeds that. Both default to ``auto``: the bounds of :data:`DEFAULT_BOUNDS` for the
+dtype the policy computes in, set from measured healthy runs with room to spare (``docs/training.md``,
+"Log-prob parity"), so that a healthy run never trips them and a broken sampler (other weights, another
+temperature, another model) does. ``null`` turns a bound off.
 """
 
 from __future__ import annotations
@@ -29,7 +33,26 @@ import torch
 
 from stratagym.errors import ConfigError
 
-__all__ = ["ParityReport", "ParityError", "logprob_parity", "check_parity"]
+__all__ = ["DEFAULT_BOUNDS", "ParityReport", "ParityError", "logprob_parity", "check_parity", "parity_bounds"]
+
+#: (max_abs, mean_abs) bounds in nats per compute dtype for ``parity_max`` / ``parity_mean_max: auto``.
+#: Measured healthy runs (docs/training.md): float32, hf fused decoder vs scoring ~1e-5 max, vLLM (CPU)
+#: 8.6e-6 max; bfloat16, SmolLM2 LoRA hf sampling vs scoring up to 0.4 max and 0.005 mean per step,
+#: vLLM bf16 vs hf bf16 scoring 0.6 max / 0.03 mean. A sampler on other weights or another temperature
+#: is off by 0.1-1 nats on average.
+DEFAULT_BOUNDS: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (0.05, 0.002),
+    torch.bfloat16: (2.0, 0.06),
+    torch.float16: (1.0, 0.03),
+}
+
+
+def parity_bounds(parity_max: Any, parity_mean_max: Any, dtype: torch.dtype) -> tuple[Optional[float], Optional[float]]:
+    """The (max_abs, mean_abs) bounds a run applies: ``auto`` takes :data:`DEFAULT_BOUNDS` of ``dtype``
+    (the policy's compute dtype), a number is used as given, None is off."""
+    auto = DEFAULT_BOUNDS.get(dtype, DEFAULT_BOUNDS[torch.float32])
+    return tuple(auto[i] if v == "auto" else (None if v is None else float(v))  # type: ignore[return-value]
+                 for i, v in enumerate((parity_max, parity_mean_max)))
 
 
 class ParityError(ConfigError):
@@ -115,8 +138,8 @@ def logprob_parity(sampled: Sequence[Optional[torch.Tensor]], scored: Sequence[O
 
 
 def check_parity(report: Optional[ParityReport], *, step: int, parity_max: Optional[float],
-                 describe: Any = None) -> None:
-    """Raise :class:`ParityError` when ``report`` breaks the bound (or any turn's length differs).
+                 describe: Any = None, parity_mean_max: Optional[float] = None) -> None:
+    """Raise :class:`ParityError` when ``report`` breaks a bound (or any turn's length differs).
 
     ``describe(i)`` names sample i for the message (e.g. "turn 2 of task 'nq-17'")."""
     if report is None:
@@ -127,12 +150,18 @@ def check_parity(report: Optional[ParityReport], *, step: int, parity_max: Optio
             f"log-prob parity failed at step {step}: {report.length_mismatch:.0%} of turns were scored with another "
             "number of tokens than were sampled (the trainer must score the sampled token ids)"
         )
-    if parity_max is None or report.worst is None or report.max_abs <= parity_max:
-        return
-    i, k, engine, trainer = report.worst
-    raise ParityError(
-        f"log-prob parity failed at step {step}: {name(i)}, token {k}: the sampler reported log-prob {engine:.6f}, "
-        f"the trainer computes {trainer:.6f} (|difference| {abs(engine - trainer):.4g} > rollout.parity_max "
-        f"{parity_max}). The engine that sampled and the trainer disagree: check the weight sync, dtype and "
-        "temperature, or raise rollout.parity_max (null turns the check off)."
-    )
+    if parity_max is not None and report.worst is not None and report.max_abs > parity_max:
+        i, k, engine, trainer = report.worst
+        raise ParityError(
+            f"log-prob parity failed at step {step}: {name(i)}, token {k}: the sampler reported log-prob {engine:.6f}, "
+            f"the trainer computes {trainer:.6f} (|difference| {abs(engine - trainer):.4g} > rollout.parity_max "
+            f"{parity_max}). The engine that sampled and the trainer disagree: check the weight sync, dtype and "
+            "temperature, or raise rollout.parity_max (null turns the check off)."
+        )
+    if parity_mean_max is not None and report.tokens and report.mean_abs > parity_mean_max:
+        raise ParityError(
+            f"log-prob parity failed at step {step}: the sampler's log-probs differ from the trainer's by "
+            f"{report.mean_abs:.4g} nats on average over {report.tokens} tokens (> rollout.parity_mean_max "
+            f"{parity_mean_max}). The engine that sampled and the trainer disagree: check the weight sync, dtype "
+            "and temperature, or raise rollout.parity_mean_max (null turns the check off)."
+        )

@@ -362,7 +362,7 @@ class TrainerUpdate:
         ``lagged``: some of the step's groups were sampled by an older policy version (async mode,
         ``async/lag`` > 0). Their gap to the trainer is the policy lag, which ``loss.off_policy`` corrects,
         not a sampler fault, so the metrics are logged and ``parity_max`` is not applied."""
-        from stratagym.training.parity import check_parity, logprob_parity
+        from stratagym.training.parity import check_parity, logprob_parity, parity_bounds
 
         sampled: list[Optional[torch.Tensor]] = []
         ids: list[list[int]] = []
@@ -380,7 +380,11 @@ class TrainerUpdate:
             return f"turn {s.step} of task {s.info.get('task_id', '?')!r}"
 
         # the length check always holds; the bound only where sampler and trainer held the same weights
-        check_parity(report, step=self.step + 1, parity_max=None if lagged else rc.parity_max, describe=describe)
+        bound_max, bound_mean = parity_bounds(rc.parity_max, rc.parity_mean_max,
+                                              getattr(self.policy, "compute_dtype", torch.float32))
+        if lagged:
+            bound_max = bound_mean = None
+        check_parity(report, step=self.step + 1, parity_max=bound_max, parity_mean_max=bound_mean, describe=describe)
         return report.metrics() if report is not None else {}
 
     def _permutation_rng(self) -> np.random.Generator:

