@@ -24,7 +24,13 @@ each trainer's own methods (:class:`PhaseClock`), so the split costs nothing whe
 
     OMP_NUM_THREADS=1 python benchmarks/trainer.py [--repeats 3] [--steps 8] [--hidden 64|256]
         [--model data/checkpoints/sft-searchqa] [--no-fused] [--no-shared-prompts] [--no-fused-scoring]
-        [--no-retain-heap] [--cpu-time]
+        [--no-retain-heap] [--cpu-time] [--dtype float32|bfloat16] [--lora]
+
+``--dtype bfloat16`` runs both at bf16 the way each does it: stratagym with ``policy.dtype: bfloat16``
+(fp32 master weights under autocast for a full model; a bf16 base under fp32 LoRA adapters), TRL with
+``bf16=True`` (its autocast over fp32 weights) and, with ``--lora``, the base loaded in bf16. ``--lora``
+trains a fresh LoRA (r 16, alpha 32, q/k/v/o, as the SmolLM2 recipes) on both sides (TRL through
+``peft_config``); the reference is the base with the adapters off on both.
 
 stratagym's Trainer keeps freed memory in the heap (``train.retain_heap``, glibc ``mallopt``): a
 process-wide setting, so TRL, in the same process, runs with it too (``--no-retain-heap`` turns it off
@@ -51,7 +57,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 PROMPTS = [
     "Write a short list of fruits and their colours.",
@@ -100,7 +106,8 @@ def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused
     cfg = RecipeConfig.from_dict({
         "name": "bench",
         "policy": {"model": model_path, "max_new_tokens": max_new, "memory_k": 0, "template": "plain", "temperature": 1.0,
-                   "fused_decode": fused, "shared_prompt_scoring": shared, "fused_scoring": fused_scoring},
+                   "fused_decode": fused, "shared_prompt_scoring": shared, "fused_scoring": fused_scoring,
+                   "dtype": _RUN["dtype"], "lora": _RUN["lora"]},
         "env": {"id": env_id},
         "rollout": {"group_size": 8, "tasks_per_step": 2},
         "algorithm": {"estimator": "grpo"},
@@ -120,6 +127,9 @@ def make_stratagym(model_path: str, steps: int, warmup: int, max_new: int, fused
 #: (both trainers run on this one thread; on a machine shared with other jobs, CPU time leaves out the
 #: waits for a core, so the ratio swings less; cache and memory-bandwidth contention still count)
 _CLOCK = {"now": time.perf_counter}
+#: ``--dtype`` and ``--lora`` for both trainers
+_RUN = {"dtype": "float32", "lora": None}
+LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 
 def clock_now() -> float:
@@ -254,8 +264,19 @@ def bench_trl(model_path: str, steps: int, warmup: int, max_new: int, cache: str
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    import torch
+
     tok = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    bf16 = _RUN["dtype"] == "bfloat16"
+    # a LoRA base is frozen: held in bf16; a fully trained model keeps fp32 weights under TRL's autocast
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 and _RUN["lora"] else torch.float32)
+    peft_config = None
+    if _RUN["lora"]:
+        from peft import LoraConfig
+
+        lo = _RUN["lora"]
+        peft_config = LoraConfig(r=lo["r"], lora_alpha=lo["alpha"], lora_dropout=lo["dropout"],
+                                 target_modules=lo["target_modules"], task_type="CAUSAL_LM")
     n = (steps + warmup) * 2
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": PROMPTS[i % 2]}]} for i in range(n)])
 
@@ -290,12 +311,12 @@ def bench_trl(model_path: str, steps: int, warmup: int, max_new: int, cache: str
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=16, num_generations=8,
         max_completion_length=max_new, temperature=1.0, beta=0.04, learning_rate=1e-5, max_steps=steps + warmup,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False, use_vllm=False,
+        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=bf16, use_vllm=False,
         dataloader_num_workers=0, gradient_accumulation_steps=1, shuffle_dataset=False, seed=0, disable_tqdm=True,
         cache_implementation=cache,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
-                          callbacks=[Timer()])
+                          callbacks=[Timer()], peft_config=peft_config)
     instrument_trl(trainer, clock)
     trainer.train()
     kept = times[warmup:]
@@ -362,14 +383,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sequential", action="store_true",
                     help="all stratagym steps, then all TRL steps (default: one stratagym step after each TRL step, "
                          "so both see the same load)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="both trainers compute in this dtype (see the module docstring)")
+    ap.add_argument("--lora", action="store_true", help="both train a fresh LoRA (r 16, q/k/v/o) instead of all weights")
     args = ap.parse_args(argv)
     _CLOCK["now"] = time.thread_time if args.cpu_time else time.perf_counter
+    _RUN.update(dtype=args.dtype, lora=dict(LORA) if args.lora else None)
     path = model_path(args.hidden, args.model)
     from transformers import AutoConfig
 
     n_params = _count_params(path)
     print(f"model {path} ({n_params / 1e6:.2f}M parameters, {AutoConfig.from_pretrained(path).model_type}); batch 2 "
-          f"prompts x 8 generations, <= {args.max_new} new tokens, beta 0.04, 1 thread; median of {args.steps} steps "
+          f"prompts x 8 generations, <= {args.max_new} new tokens, beta 0.04, {args.dtype}{', LoRA' if args.lora else ''}, "
+          f"{torch.get_num_threads()} thread(s); median of {args.steps} steps "
           f"after {args.warmup} warm-up", flush=True)
     ratios: list[float] = []
     phase_ratios: dict[str, list[float]] = {}

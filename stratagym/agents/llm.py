@@ -421,10 +421,9 @@ class LLMPolicy:
         if self._backend is None:
             kind = self.config.backend
             if kind == "hf":
-                # fp32 master weights under autocast decode through the transformers forward, as they are scored
-                fused = False if self.autocast_dtype is not None else self.config.fused_decode
-                self._backend = HFGenerator(self.tokenizer, lambda: self.model, fused=fused,
-                                            prefix_cache=self.config.prefix_cache)
+                # fp32 master weights under autocast decode from a copy of the weights in the autocast dtype
+                self._backend = HFGenerator(self.tokenizer, lambda: self.model, fused=self.config.fused_decode,
+                                            prefix_cache=self.config.prefix_cache, compute_dtype=self.autocast_dtype)
             elif kind == "vllm":
                 path, opts = self._vllm_model_and_options()
                 self._backend = VLLMGenerator(path, **opts)

@@ -95,8 +95,8 @@ def _weight_bias(lin: torch.nn.Module) -> tuple[torch.Tensor, Optional[torch.Ten
 class _Lin:
     """A linear layer's effective weight and bias (see :func:`_weight_bias`), as :func:`_cat_bias` reads them."""
 
-    def __init__(self, lin: torch.nn.Module):
-        self.weight, self.bias = _weight_bias(lin)
+    def __init__(self, lin: torch.nn.Module, cast: Any = lambda t: t):
+        self.weight, self.bias = map(cast, _weight_bias(lin))
         self.out_features = self.weight.shape[0]
 
 
@@ -141,9 +141,17 @@ def unsupported_reason(model: torch.nn.Module, *, force: bool = False, lora: boo
     return None
 
 
-def fused_decoder_for(model: torch.nn.Module, *, force: bool = False) -> Optional["FusedDecoder"]:
-    """A :class:`FusedDecoder` over ``model``'s current weights, or None if it is not supported."""
-    return None if unsupported_reason(model, force=force) is not None else FusedDecoder(model)
+def fused_decoder_for(model: torch.nn.Module, *, force: bool = False,
+                      dtype: Optional[torch.dtype] = None) -> Optional["FusedDecoder"]:
+    """A :class:`FusedDecoder` over ``model``'s current weights, or None if it is not supported.
+    ``dtype``: decode in this dtype from a copy of the weights rounded to it (fp32 master weights that
+    train under autocast sample in the autocast dtype); it must be a verified one unless ``force``."""
+    why = unsupported_reason(model, force=force)
+    if why is None and dtype is not None and not force:
+        dev = causal_lm(model).lm_head.weight.device.type
+        if (dev, dtype) not in VERIFIED:
+            why = f"{dev} / {dtype}"
+    return None if why is not None else FusedDecoder(model, dtype=dtype)
 
 
 @dataclass
@@ -193,7 +201,7 @@ class FusedDecoder:
     """
 
     @torch.no_grad()
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, dtype: Optional[torch.dtype] = None):
         model = causal_lm(model)
         cfg = model.config
         inner = model.model
@@ -202,9 +210,10 @@ class FusedDecoder:
         self.hd = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh)
         self.scaling = self.hd**-0.5
         self.eps = float(cfg.rms_norm_eps)
-        self.embed = inner.embed_tokens.weight
-        self.norm = inner.norm.weight
-        self.head_w, self.head_b = _weight_bias(model.lm_head)
+        cast = (lambda t: t) if dtype is None else (lambda t: None if t is None else t.to(dtype))
+        self.embed = cast(inner.embed_tokens.weight)
+        self.norm = cast(inner.norm.weight)
+        self.head_w, self.head_b = map(cast, _weight_bias(model.lm_head))
         self.inv_freq = inner.rotary_emb.inv_freq
         self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
         self.dtype = self.embed.dtype
@@ -215,9 +224,9 @@ class FusedDecoder:
         self.layers: list[_Layer] = []
         for layer in inner.layers:
             at, ml = layer.self_attn, layer.mlp
-            a = SimpleNamespace(**{n: _Lin(getattr(at, n)) for n in ("q_proj", "k_proj", "v_proj", "o_proj")})
-            m = SimpleNamespace(**{n: _Lin(getattr(ml, n)) for n in ("gate_proj", "up_proj", "down_proj")})
-            ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+            a = SimpleNamespace(**{n: _Lin(getattr(at, n), cast) for n in ("q_proj", "k_proj", "v_proj", "o_proj")})
+            m = SimpleNamespace(**{n: _Lin(getattr(ml, n), cast) for n in ("gate_proj", "up_proj", "down_proj")})
+            ln1, ln2 = cast(layer.input_layernorm.weight), cast(layer.post_attention_layernorm.weight)
             w_qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
             w_gu = torch.cat([m.gate_proj.weight, m.up_proj.weight])
             if self.fold:  # (x * r * ln) @ W.T == (x * r) @ (W * ln).T: one op less per norm

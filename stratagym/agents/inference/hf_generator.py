@@ -38,11 +38,15 @@ class HFGenerator:
     """
 
     def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: "bool | str" = True,
-                 prefix_cache: bool = True, drop_finished_rows: bool = True):
+                 prefix_cache: bool = True, drop_finished_rows: bool = True,
+                 compute_dtype: Optional[torch.dtype] = None):
         from stratagym.agents.inference.prefix_cache import PrefixCache
 
         self.tokenizer = tokenizer
         self.fused = fused
+        #: fp32 master weights that compute under autocast: the fused decoder samples from a copy of the
+        #: weights in this dtype (the transformers loop runs under the policy's autocast)
+        self.compute_dtype = compute_dtype
         #: the last fused call's keys/values, reused by the next call's prompts that extend its rows
         #: (:mod:`stratagym.agents.prefix_cache`); None when turned off
         self.prefix_cache: Optional[PrefixCache] = PrefixCache() if prefix_cache else None
@@ -159,7 +163,8 @@ class HFGenerator:
         device = next(model.parameters()).device
         B = len(prompt_ids)
         try:
-            decoder = fused_decoder_for(model, force=self.fused == "force") if self.fused else None
+            decoder = (fused_decoder_for(model, force=self.fused == "force", dtype=self.compute_dtype)
+                       if self.fused else None)
             if decoder is not None:
                 logits, step, starts = self._prefill_fused(model, decoder, prompt_ids, cfg.max_new_tokens)
             else:
