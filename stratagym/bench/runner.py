@@ -266,8 +266,9 @@ def run_bench(
                 continue
             say(f"eval {agent} on {e.env} ({e.split or 'default split'})")
             out = root / "baselines" / f"{slug(agent)}__{slug(e.env)}__{slug(e.split or 'default')}.json"
-            cfg = EvalConfig(agent=agent, env_id=e.env, split=e.split, n=e.n, seeds=suite.seeds, batch_size=suite.batch_size,
-                             env_kwargs=dict(e.env_kwargs), max_steps=e.max_steps, label=baseline.label)
+            cfg = EvalConfig(agent=agent, env_id=e.env, split=e.split, n=e.n, seeds=baseline.seeds or suite.seeds,
+                             batch_size=suite.batch_size, env_kwargs=dict(e.env_kwargs), max_steps=e.max_steps,
+                             label=baseline.label, agent_options=dict(baseline.agent_options))
             try:
                 rec = evaluate(cfg, out=out, resume=resume, progress=progress)
             except (EvalError, ValueError) as exc:

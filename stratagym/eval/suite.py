@@ -74,11 +74,14 @@ class TrainSection:
 class Baseline:
     """An agent evaluated without training: ``agent`` is an agent spec (``scripted:oracle``, a checkpoint
     folder...); ``envs`` limits it to those eval envs (a checkpoint trained for one env), ``label`` is
-    how it shows on the board."""
+    how it shows on the board; ``seeds`` replaces the suite's (one seed for a greedy model: its other
+    seeds would replay the same episodes); ``agent_options`` are the agent's options (``dtype: auto``)."""
 
     agent: str
     envs: tuple[str, ...] | None = None
     label: str | None = None
+    seeds: tuple[int, ...] | None = None
+    agent_options: tuple[tuple[str, Any], ...] = ()
 
     def applies_to(self, env_id: str) -> bool:
         return self.envs is None or env_id in self.envs
@@ -109,7 +112,7 @@ _TOP = {"name", "description", "seeds", "batch_size", "evals", "baselines", "tra
 _EVAL = {"env": CHECKS["text"], "split": CHECKS["optional_text"], "n": CHECKS["optional_positive_int"],
          "max_steps": CHECKS["optional_positive_int"], "env_kwargs": CHECKS["mapping"]}
 _TRAIN = {"algorithms", "envs", "config", "env_kwargs", "seeds"}
-_BASELINE = {"agent", "envs", "label"}
+_BASELINE = {"agent", "envs", "label", "seeds", "agent_options"}
 
 
 def _ints(value: Any, where: str) -> tuple[int, ...]:
@@ -150,7 +153,11 @@ def _baselines(value: Any, where: str, eval_envs: set[str]) -> tuple[Baseline, .
         label = b.get("label")
         if label is not None and not isinstance(label, str):
             raise SuiteError(f"{at}.label must be a string")
-        out.append(Baseline(b["agent"], envs, label))
+        seeds = None if b.get("seeds") is None else _ints(b["seeds"], f"{at}.seeds")
+        options = b.get("agent_options") or {}
+        if not isinstance(options, dict):
+            raise SuiteError(f"{at}.agent_options must be a mapping (e.g. {{dtype: auto}}), got {options!r}")
+        out.append(Baseline(b["agent"], envs, label, seeds, tuple(sorted(options.items()))))
     return tuple(out)
 
 

@@ -157,5 +157,21 @@ def test_baselines_can_be_limited_to_envs_and_labelled(tmp_path):
     with pytest.raises(SuiteError, match="no eval entry lists"):
         load_suite(p)
     p.write_text("evals: [{env: a/B-v0}]\nbaselines: [{agent: ckpt/dir, env: a/B-v0}]\n")
-    with pytest.raises(SuiteError, match=r"unknown key\(s\) 'env'; valid keys: agent, envs, label"):
+    with pytest.raises(SuiteError, match=r"unknown key\(s\) 'env'; valid keys: agent, agent_options, envs, label, seeds"):
         load_suite(p)
+
+
+def test_a_baseline_takes_its_own_seeds_and_agent_options(tmp_path):
+    """A greedy model is evaluated on one seed (its other seeds replay the same episodes) and with its own
+    options (the SmolLM2 baseline of the quick suite: dtype auto)."""
+    p = tmp_path / "s.yaml"
+    p.write_text("seeds: [0, 1, 2]\nevals: [{env: a/B-v0}]\n"
+                 "baselines: [scripted:random, {agent: ckpt/dir, seeds: [0], agent_options: {dtype: auto}}]\n")
+    b = load_suite(p).baselines
+    assert b[0].seeds is None and b[0].agent_options == ()
+    assert b[1].seeds == (0,) and dict(b[1].agent_options) == {"dtype": "auto"}
+    p.write_text("evals: [{env: a/B-v0}]\nbaselines: [{agent: ckpt/dir, agent_options: [dtype]}]\n")
+    with pytest.raises(SuiteError, match="agent_options must be a mapping"):
+        load_suite(p)
+    quick = [x for x in load_suite(ROOT / "suites" / "quick.yaml").baselines if "smollm2" in x.agent]
+    assert quick and quick[0].seeds == (0,) and dict(quick[0].agent_options) == {"dtype": "auto"}
