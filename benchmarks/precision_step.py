@@ -13,7 +13,7 @@ the activations' gradients through the frozen base; the LM head only where logit
 resident memory per phase comes from a sampler thread (every 20 ms).
 
     OMP_NUM_THREADS=1 python benchmarks/precision_step.py [--threads 1] [--steps 1] [--tasks 4]
-        [--dtypes float32,bfloat16] [--json out.json]
+        [--dtypes float32,bfloat16] [--json out.json] [--recipe R.yaml] [--set key=value ...]
 
 Needs ``stratagym models import`` (SmolLM2) and ``python scripts/make_search_qa_worlds.py`` (its data).
 A step at the recipe's settings is 4 tasks x 8 samples x up to 4 turns; its generation length follows
@@ -36,6 +36,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes/cpu/grpo-smollm2-lora-kl-searchqa.yaml"
@@ -89,7 +90,9 @@ def run_dtype(dtype: str, args: argparse.Namespace, bench: object, rss: PeakRSS)
     from stratagym.training.trainer import Trainer
 
     out = tempfile.mkdtemp(prefix=f"precision-{dtype}-")
-    recipe = load_recipe(RECIPE, overrides={
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    recipe = load_recipe(args.recipe, overrides={
+        **{k: yaml.safe_load(v) for k, v in extra.items()},
         "policy.dtype": dtype, "train.output_dir": out, "train.save_every": 0, "train.eval_every": 0,
         "train.progress": False, "train.tensorboard": False, "train.total_steps": args.steps,
         "rollout.tasks_per_step": args.tasks,
@@ -151,7 +154,8 @@ def run_dtype(dtype: str, args: argparse.Namespace, bench: object, rss: PeakRSS)
     model = trainer.policy.model
     n_params = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n and ".reference." not in n
                    and "lm_head" not in n)
-    head = 576 * 49152  # SmolLM2's tied LM head (hidden x vocab), applied where logits are taken
+    cfg = model.config
+    head = int(cfg.hidden_size) * int(cfg.vocab_size)  # the LM head, applied where logits are taken
     return {
         "dtype": dtype, "steps": steps, "wall_s": wall, "phases_s": phases,
         "tokens": counts, "n_params_body": n_params, "head_params": head,
@@ -207,6 +211,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--tasks", type=int, default=4, help="rollout.tasks_per_step (the recipe's: 4)")
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--recipe", default=str(RECIPE), help="another training recipe (the smoke test's tiny one)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe override (repeatable)")
     ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
     bench = _trainer_bench()

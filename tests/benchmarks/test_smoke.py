@@ -49,6 +49,11 @@ SMOKE: dict[str, tuple[list[str], str]] = {
                            r"rollouts identical in tokens and returns in \d of 1 steps"),
     # the oracle's episodes replayed in-process and through `stratagym serve env` in another process
     "openenv_server.py": (["--smoke"], r"ratio \d+\.\d; transcripts identical: True"),
+    # the phases in fp32 and bf16 on the tiny model instead of SmolLM2 (one step each; on a CPU without
+    # bf16 instructions STRATAGYM_CPU_BF16=1 below lets the bf16 step run emulated)
+    "precision_step.py": (["--recipe", "recipes/cpu/grpo-tiny-searchqa.yaml", "--tasks", "1", "--set",
+                           "rollout.group_size=2", "--set", "policy.max_new_tokens=4", "--set", "policy.lora=null"],
+                          r"(?m)^step\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d\dx$"),
     "ray_rollout.py": (["--tasks", "1", "--group", "2", "--steps", "3", "--repeats", "1", "--workers", "1",
                         "--noop-calls", "2"], r"ray/inprocess: "),
     # bm25s and dense (flat) only: the pyserini backend and the server section start a JVM
@@ -83,7 +88,7 @@ def test_benchmark_script_runs(script: str, tmp_path: Path) -> None:
     # TMPDIR: the scripts' own temporary folders (tempfile.mkdtemp) go to a folder removed afterwards; a
     # short path under /tmp, not tmp_path: Ray puts AF_UNIX sockets there (at most 107 bytes of path)
     scratch = tempfile.mkdtemp(prefix="sg-bench-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TMPDIR": scratch}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TMPDIR": scratch, "STRATAGYM_CPU_BF16": "1"}
     try:
         proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=600)
