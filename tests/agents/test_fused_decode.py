@@ -116,6 +116,15 @@ def _lora_policy(**lora: object) -> LLMPolicy:
     return pol
 
 
+def _assert_sampled_log_probs_rescore(pol: LLMPolicy) -> None:
+    """The log-probs the sampler reported equal the trainer's scoring of the same ids (fp32)."""
+    torch.manual_seed(0)
+    gens = pol.generate([GenerationRequest("hello", {"step": 0}, (), "x")] * 2)
+    with torch.no_grad():
+        res = pol.sequence_log_probs([g.payload for g in gens])
+    assert float(((res.logprobs - res.sampling_logprobs).abs() * res.mask).max()) < 1e-4
+
+
 def test_lora_models_decode_fused_with_the_adapters_merged():
     """A LoRA policy samples through the fused decoder with ``W + scale * B @ A`` per projection: the
     logits equal the peft model's own forward, with the adapters on and off, and the sampled tokens'
@@ -136,11 +145,7 @@ def test_lora_models_decode_fused_with_the_adapters_merged():
         merged_off = model(input_ids=ids).logits[0, -1]
         with model.disable_adapter():
             assert float((model(input_ids=ids).logits[0, -1] - merged_off).abs().max()) > 1e-3  # adapters matter
-    torch.manual_seed(0)
-    gens = pol.generate([GenerationRequest("hello", {"step": 0}, (), "x")] * 2)
-    with torch.no_grad():
-        res = pol.sequence_log_probs([g.payload for g in gens])
-    assert float(((res.logprobs - res.sampling_logprobs).abs() * res.mask).max()) < 1e-4
+    _assert_sampled_log_probs_rescore(pol)
 
 
 def test_lora_variants_fall_back_to_transformers():
@@ -149,11 +154,7 @@ def test_lora_variants_fall_back_to_transformers():
     pol = _lora_policy(use_dora=True)
     assert "variants" in unsupported_reason(unwrap_model(pol.model))
     assert fused_decoder_for(unwrap_model(pol.model)) is None
-    torch.manual_seed(0)
-    gens = pol.generate([GenerationRequest("hello", {"step": 0}, (), "x")] * 2)
-    with torch.no_grad():
-        res = pol.sequence_log_probs([g.payload for g in gens])
-    assert float(((res.logprobs - res.sampling_logprobs).abs() * res.mask).max()) < 1e-4
+    _assert_sampled_log_probs_rescore(pol)
 
 
 def test_off_where_it_has_never_been_checked_unless_forced():
