@@ -229,6 +229,16 @@ def _reseed(seed: int) -> None:
         sys.modules["torch"].manual_seed(seed)
 
 
+def _policy_dtype(policy: Any) -> str | None:
+    """The canonical compute dtype of an in-memory policy (an LLM policy's), None for policies without one."""
+    value = getattr(policy, "compute_dtype", None)
+    if value is None:
+        return None
+    from stratagym.precision import dtype_name
+
+    return dtype_name(value)
+
+
 def _spec_for(agent: str, *, custom_factory: bool) -> AgentSpec:
     """Parse the agent spec; with a custom factory any label is allowed (kind ``policy``)."""
     try:
@@ -296,7 +306,10 @@ def evaluate(
         # the prompt template by content: the agent's forced one, else the env's (tools under the tools protocol)
         template = protocol_template(config.env_id, override=spec.forced_template(config.agent_options),
                                      protocol=resolved_task_kwargs(spec_env, env_kwargs).get("protocol"))
-        dtype = spec.compute_dtype(config.agent_options)  # a bf16 eval is another protocol than an fp32 one
+        # a bf16 eval is another protocol than an fp32 one; an in-memory policy (agent_factory) says its own
+        dtype = spec.compute_dtype(config.agent_options)
+        if agent_factory is not None and "dtype" not in config.agent_options:
+            dtype = _policy_dtype(agent_factory(seeds[0]))
         protocol = protocol_of(all_tasks_env, config.env_id, env_kwargs, tasks, split, prompt_template=template,
                                dtype=dtype)
         # where the env's tasks come from (e.g. ALFWorld: "bundled" or the real data folder), if it says

@@ -233,3 +233,20 @@ def test_eval_records_and_fingerprints_carry_the_dtype(tmp_path, monkeypatch):
     tables = board_tables(lb)
     assert len(tables) == 2 and {len(t.rows) for t in tables} == {1}
     assert len({t.fingerprint for t in tables}) == 2
+
+
+def test_an_in_memory_policy_is_recorded_in_its_own_dtype(monkeypatch):
+    """The bench and the studies evaluate policies they hold (``agent_factory``): the record names the
+    policy's compute dtype, not float32 by default; a scripted-style policy without one records none."""
+    from stratagym.agents.llm import LLMConfig, LLMPolicy
+    from stratagym.agents.tiny_lm import tiny_lm_path
+    from stratagym.eval.harness import EvalConfig, evaluate
+
+    _bf16_cpu(monkeypatch)
+    pol = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=8, dtype="bfloat16"))
+    cfg = EvalConfig(agent="held-policy", env_id="stratagym/SearchQA-v0", n=2, seeds=[0])
+    rec = evaluate(cfg, progress=False, agent_factory=lambda s: pol)
+    assert rec["agent"]["dtype"] == "bfloat16" and rec["protocol"]["fields"]["dtype"] == "bfloat16"
+    fp32 = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=8))
+    rec = evaluate(cfg, progress=False, agent_factory=lambda s: fp32)
+    assert rec["agent"]["dtype"] == "float32" and "dtype" not in rec["protocol"]["fields"]
