@@ -307,9 +307,10 @@ def evaluate(
         template = protocol_template(config.env_id, override=spec.forced_template(config.agent_options),
                                      protocol=resolved_task_kwargs(spec_env, env_kwargs).get("protocol"))
         # a bf16 eval is another protocol than an fp32 one; an in-memory policy (agent_factory) says its own
-        dtype = spec.compute_dtype(config.agent_options)
         if agent_factory is not None and "dtype" not in config.agent_options:
             dtype = _policy_dtype(agent_factory(seeds[0]))
+        else:
+            dtype = spec.compute_dtype(config.agent_options)
         protocol = protocol_of(all_tasks_env, config.env_id, env_kwargs, tasks, split, prompt_template=template,
                                dtype=dtype)
         # where the env's tasks come from (e.g. ALFWorld: "bundled" or the real data folder), if it says

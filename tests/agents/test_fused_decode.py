@@ -38,6 +38,19 @@ def _qwen2() -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(tiny_lm_path()).eval()
 
 
+def _random_left_padded(vocab: int, lengths: tuple[int, ...]) -> tuple[list[list[int]], torch.Tensor, torch.Tensor, torch.Generator]:
+    """Random prompts of ``lengths`` (seed 0), their left-padded ids and attention mask, and the generator
+    that drew them (for the tokens that follow)."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+    P = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), P, dtype=torch.long)
+    attn = torch.zeros(len(prompts), P, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p):], attn[i, P - len(p):] = torch.tensor(p), 1
+    return prompts, ids, attn, g
+
+
 @pytest.mark.parametrize("make", [
     _qwen2,
     lambda: _tiny_llama(False, False, 4),
@@ -47,13 +60,8 @@ def test_fused_logits_equal_transformers_forward(make):
     model = make()
     assert unsupported_reason(model) is None
     vocab = model.config.vocab_size
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (5, 11, 1)]
-    P = max(map(len, prompts))
-    ids = torch.zeros(len(prompts), P, dtype=torch.long)
-    attn = torch.zeros(len(prompts), P, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p):], attn[i, P - len(p):] = torch.tensor(p), 1
+    prompts, ids, attn, g = _random_left_padded(vocab, (5, 11, 1))
+    P = ids.shape[1]
     expand = torch.tensor([1, 0, 0, 2, 1])  # rows share prompts, in any order
     dec = FusedDecoder(model)
     logits = dec.prefill(ids, attn, expand, P + 8)
@@ -178,13 +186,8 @@ def _decode_log_probs(model: torch.nn.Module, fused: bool, steps: int = 12) -> t
     """Next-token log-probs over ``steps`` decode steps of three left-padded rows of random ids, by the
     fused decoder or by the transformers forward over each whole row."""
     vocab = model.config.vocab_size
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (23, 40, 6)]
-    P = max(map(len, prompts))
-    ids = torch.zeros(len(prompts), P, dtype=torch.long)
-    attn = torch.zeros(len(prompts), P, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p):], attn[i, P - len(p):] = torch.tensor(p), 1
+    prompts, ids, attn, _ = _random_left_padded(vocab, (23, 40, 6))
+    P = ids.shape[1]
     seqs = [list(p) for p in prompts]
     out = []
     with torch.no_grad():

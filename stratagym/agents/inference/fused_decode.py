@@ -100,9 +100,11 @@ class _Lin:
         self.out_features = self.weight.shape[0]
 
 
-def unsupported_reason(model: torch.nn.Module, *, force: bool = False, lora: bool = True) -> Optional[str]:
+def unsupported_reason(model: torch.nn.Module, *, force: bool = False, lora: bool = True,
+                       dtype: Optional[torch.dtype] = None) -> Optional[str]:
     """None when :class:`FusedDecoder` reproduces ``model``'s forward exactly, else why not. ``force``
-    also allows devices and dtypes outside :data:`VERIFIED`. A peft LoRA model is decoded with its
+    also allows devices and dtypes outside :data:`VERIFIED`; ``dtype``: the dtype it would decode in
+    (default: the weights'). A peft LoRA model is decoded with its
     adapters merged into the weights (the same products up to float rounding); ``lora=False`` refuses
     LoRA layers (for code that reads the weights of ``nn.Linear`` layers itself)."""
     model = causal_lm(model)
@@ -135,8 +137,9 @@ def unsupported_reason(model: torch.nn.Module, *, force: bool = False, lora: boo
     if type(inner.embed_tokens) is not torch.nn.Embedding:
         return "replaced embedding"
     weight = model.lm_head.weight
-    if not force and (weight.device.type, weight.dtype) not in VERIFIED:
-        return (f"{weight.device.type} / {weight.dtype}: fused decoding has only been checked on CPU in float32 "
+    dtype = dtype or weight.dtype
+    if not force and (weight.device.type, dtype) not in VERIFIED:
+        return (f"{weight.device.type} / {dtype}: fused decoding has only been checked on CPU in float32 "
                 "and bfloat16 (policy.fused_decode: force uses it anyway)")
     return None
 
@@ -146,12 +149,8 @@ def fused_decoder_for(model: torch.nn.Module, *, force: bool = False,
     """A :class:`FusedDecoder` over ``model``'s current weights, or None if it is not supported.
     ``dtype``: decode in this dtype from a copy of the weights rounded to it (fp32 master weights that
     train under autocast sample in the autocast dtype); it must be a verified one unless ``force``."""
-    why = unsupported_reason(model, force=force)
-    if why is None and dtype is not None and not force:
-        dev = causal_lm(model).lm_head.weight.device.type
-        if (dev, dtype) not in VERIFIED:
-            why = f"{dev} / {dtype}"
-    return None if why is not None else FusedDecoder(model, dtype=dtype)
+    supported = unsupported_reason(model, force=force, dtype=dtype) is None
+    return FusedDecoder(model, dtype=dtype) if supported else None
 
 
 @dataclass
