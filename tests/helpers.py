@@ -1,5 +1,6 @@
 """Shared test helpers: play episodes through the project's one rollout loop and get eval rows; wait for a
-training run's checkpoint before killing it; import a script (scripts/, benchmarks/) that is not a package."""
+training run's checkpoint before killing it; import a script (scripts/, benchmarks/) that is not a package;
+copy a committed LoRA adapter onto another base."""
 
 from __future__ import annotations
 
@@ -64,3 +65,20 @@ def load_script(path: Path, name: str) -> ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def adapter_on_base(adapter: Path, base: Path, into: Path) -> Path:
+    """A copy of a committed LoRA adapter (``adapter``) under ``into`` whose ``adapter_config.json`` names
+    ``base`` as its base model. The committed SmolLM2 adapters name ``build/models/...`` (where
+    ``stratagym models import`` writes), which a clean clone lacks; tests use the ``smollm2_model``
+    fixture's session copy instead."""
+    import json
+    import shutil
+
+    copy = into / adapter.name
+    shutil.copytree(adapter, copy)
+    config_file = copy / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = str(base)
+    config_file.write_text(json.dumps(config))
+    return copy

@@ -12,10 +12,11 @@ kwargs, six right and two wrong, in a world the adapter never saw.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import adapter_on_base
 
 REPO = Path(__file__).resolve().parents[2]
 ADAPTER = REPO / "data" / "checkpoints" / "sft-smollm2-lora-searchqa"
@@ -50,12 +51,7 @@ def test_committed_adapter_is_small_and_names_its_recipe():
 def test_committed_adapter_reproduces_its_greedy_answers(smollm2_model, tmp_path):
     from stratagym.eval.harness import EvalConfig, evaluate
 
-    adapter = tmp_path / "sft-smollm2-lora-searchqa"
-    shutil.copytree(ADAPTER, adapter)
-    config_file = adapter / "adapter_config.json"
-    config = json.loads(config_file.read_text())
-    config["base_model_name_or_path"] = str(smollm2_model)  # the fixture's cache, not build/models
-    config_file.write_text(json.dumps(config))
+    adapter = adapter_on_base(ADAPTER, smollm2_model, tmp_path)  # the fixture's cache, not build/models
 
     record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/SearchQA-v0", split="test_unseen", n=8,
                                  batch_size=16, env_kwargs={"topk": 1, "max_turns": 4, "prompt_template": PROMPT}),
@@ -96,12 +92,7 @@ def test_corridor_adapter_was_cloned_from_the_door_blind_demonstrator():
 def test_corridor_adapter_keeps_the_format_and_reproduces_its_greedy_doors(smollm2_model, tmp_path):
     from stratagym.eval.harness import EvalConfig, evaluate
 
-    adapter = tmp_path / CORRIDOR_ADAPTER.name
-    shutil.copytree(CORRIDOR_ADAPTER, adapter)
-    config_file = adapter / "adapter_config.json"
-    config = json.loads(config_file.read_text())
-    config["base_model_name_or_path"] = str(smollm2_model)
-    config_file.write_text(json.dumps(config))
+    adapter = adapter_on_base(CORRIDOR_ADAPTER, smollm2_model, tmp_path)
 
     record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/ValueCorridor-v0", n=2, seeds=[0, 1],
                                  batch_size=4, env_kwargs={"context_k": 4}), progress=False)

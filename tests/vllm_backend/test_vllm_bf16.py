@@ -21,6 +21,7 @@ import vllm  # noqa: E402,F401
 from stratagym.agents.backends import HFGenerator, SamplingConfig, VLLMGenerator  # noqa: E402
 from stratagym.agents.llm import LLMPolicy  # noqa: E402
 from stratagym.training.parity import DEFAULT_BOUNDS, logprob_parity  # noqa: E402
+from tests.helpers import adapter_on_base  # noqa: E402
 from tests.vllm_backend.test_vllm_generation import STOPS, searchqa_prompts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,9 +59,11 @@ def test_small_model_bf16_greedy_ids_equal_and_parity_within_the_bf16_bounds():
     assert 0 < report.max_abs < bound_max and report.mean_abs < bound_mean  # measured 0.11 / 0.0014 on 64
 
 
-def test_smollm2_lora_bf16_greedy_ids_differ_only_at_near_ties():
-    policy = LLMPolicy.from_pretrained(SMOL, dtype="bfloat16")
-    base = str(ROOT / "build" / "models" / "smollm2-135m-instruct-q4-1")
+def test_smollm2_lora_bf16_greedy_ids_differ_only_at_near_ties(smollm2_model, tmp_path):
+    # the adapter names build/models as its base; a clean clone has only the fixture's imported copy
+    adapter = adapter_on_base(SMOL, smollm2_model, tmp_path)
+    policy = LLMPolicy.from_pretrained(adapter, dtype="bfloat16")
+    base = str(smollm2_model)
     prompts = searchqa_prompts(policy, 48)
     hf, vl, report = _both(policy, base, prompts)
     same = sum(a.response_ids == b.response_ids for a, b in zip(hf, vl))
