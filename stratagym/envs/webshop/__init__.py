@@ -32,6 +32,7 @@ _COMMON = dict(
 )
 _AGENTS = {
     "oracle": "stratagym.envs.webshop.agents:OracleAgent",
+    "expert": "stratagym.envs.webshop.agents:InstructionExpert",
     "random": "stratagym.envs.webshop.agents:RandomShopper",
 }
 

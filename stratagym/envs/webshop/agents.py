@@ -4,6 +4,11 @@
 shops like a careful human: search the goal product's title, page through the results to its asin,
 open it, click each goal option, buy. It scores 1 on every bundled goal (a test pins this).
 
+:class:`InstructionExpert` (registered as ``expert``) shops from what the agent sees alone: it searches the
+instruction's words, opens the result whose visible title and price best fit the instruction, clicks the
+options the instruction names and buys. It is the demonstrator an imitating model can copy (the oracle's
+title searches cannot be learned: the title is hidden).
+
 :class:`RandomShopper` (registered as ``random``) is the uniform-random baseline made meaningful for
 WebShop: on the search page it searches the instruction itself (the placeholder ``search[<your query>]``
 that a blind random agent would pick finds nothing), elsewhere it clicks uniformly at random.
@@ -20,9 +25,20 @@ import numpy as np
 from stratagym.envs.core import EpisodeKey, EpisodeRngs
 from stratagym.envs.webshop.reward import normalize_color, token_set_ratio
 
-__all__ = ["OracleAgent", "RandomShopper"]
+__all__ = ["OracleAgent", "InstructionExpert", "RandomShopper", "instruction_query"]
 
 _PRICE_CLAUSE = re.compile(r",? and price lower than [\d.]+ dollars$")
+_PRICE_LIMIT = re.compile(r"price lower than ([\d.]+) dollars")
+_REQUEST = re.compile(r"^(?:i am looking for|i'm looking for|looking for|i want to buy|i would like|i want|i need|find me)"
+                      r"(?: an?\b)?\s*", re.IGNORECASE)
+_WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
+_PRICE = re.compile(r"\$([\d,]+(?:\.\d+)?)")
+#: words that say nothing about which product fits ("i need a ... that is ... in ... color")
+_FILLER = frozenset("a an and the that is in with for of to size color colour scent style i need want buy am looking "
+                    "find me would like price lower than dollars".split())
+#: the item page's buttons (everything else clickable there is an option value)
+_ITEM_BUTTONS = frozenset({"click[back to search]", "click[< prev]", "click[next >]", "click[description]",
+                           "click[features]", "click[reviews]", "click[attributes]", "click[buy now]"})
 
 
 class OracleAgent:
@@ -86,6 +102,109 @@ class OracleAgent:
                     return f"click[{value}]"
             return "click[buy now]"
         return admissible[0] if admissible else "click[buy now]"
+
+
+def instruction_query(instruction: str) -> str:
+    """The search an instruction-reading shopper types: the instruction without its price clause and its
+    opening request ("i need", "find me a", ...), as WebShop's human shoppers search with its words."""
+    return _REQUEST.sub("", _PRICE_CLAUSE.sub("", instruction.strip())).strip() or instruction.strip()
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _contains_phrase(words: Sequence[str], phrase: Sequence[str]) -> bool:
+    n = len(phrase)
+    return n > 0 and any(list(words[i:i + n]) == list(phrase) for i in range(len(words) - n + 1))
+
+
+def _parse_results(observation: str, admissible: Sequence[str]) -> list[tuple[str, str, float | None]]:
+    """The (click action, title, lowest price) of each product on a results page, in the page's order,
+    read from the observation: WebShop lists each result as ``ASIN [SEP] title [SEP] $price``."""
+    parts = [p.strip() for p in observation.split("[SEP]")]
+    products = {a[len("click["):-1] for a in admissible if a.startswith("click[") and a not in _ITEM_BUTTONS}
+    found = []
+    for i, part in enumerate(parts[:-1]):
+        if part.lower() in products:
+            title = parts[i + 1]
+            prices = [float(m.replace(",", "")) for m in _PRICE.findall(parts[i + 2])] if i + 2 < len(parts) else []
+            found.append((f"click[{part.lower()}]", title, min(prices) if prices else None))
+    return found
+
+
+class InstructionExpert:
+    """An expert that uses only what the agent sees: the instruction, the page and its listed actions.
+
+    * search page: ``search[<the instruction's words>]`` (:func:`instruction_query`);
+    * results page: open the product whose title holds most of the instruction's content words, among
+      those priced within the instruction's limit when any is (ties: the search engine's order);
+    * item page: click each listed option value the instruction names as a phrase (a value that is part
+      of a longer named value, "white" in "black | white", is not clicked), then ``click[buy now]``.
+
+    It never looks at the goal's hidden product, attributes or options, so a model can learn to do what it
+    does. One instance acts for a batch; per episode it remembers the options it clicked (keyed by
+    :class:`EpisodeKey`, reset when ``info["step"] == 0``).
+    """
+
+    def __init__(self, env: gym.Env | None = None, *, seed: int = 0):
+        self._clicked: dict[EpisodeKey, set[str]] = {}
+
+    def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
+        return [self._one(obs, info, episode) for obs, info, episode in zip(observations, infos, episodes)]
+
+    def _one(self, observation: str, info: dict[str, Any], episode: EpisodeKey) -> str:
+        if info.get("step", 0) == 0:
+            self._clicked[episode] = set()
+        instruction = info.get("instruction", "")
+        admissible = info.get("admissible_actions") or []
+        if "search[<your query>]" in admissible:
+            return f"search[{instruction_query(instruction)}]"
+        page = info.get("page")
+        if page == "results":
+            best = self.pick_result(instruction, _parse_results(observation, admissible))
+            return best or "click[back to search]"
+        if page == "item":
+            clicked = self._clicked.setdefault(episode, set())
+            for option in self.option_clicks(instruction, admissible):
+                if option not in clicked:
+                    clicked.add(option)
+                    return option
+            return "click[buy now]"
+        if page == "sub":
+            return "click[< prev]"
+        return "click[buy now]" if "click[buy now]" in admissible else (admissible[0] if admissible else "click[back to search]")
+
+    @staticmethod
+    def pick_result(instruction: str, results: Sequence[tuple[str, str, float | None]]) -> str | None:
+        """The click of the result that best fits ``instruction`` (see the class docstring), or None."""
+        if not results:
+            return None
+        limit = _PRICE_LIMIT.search(instruction)
+        cap = float(limit.group(1)) if limit else None
+        wanted = {w for w in _words(_PRICE_CLAUSE.sub("", instruction)) if w not in _FILLER}
+
+        def fit(item: tuple[int, tuple[str, str, float | None]]) -> tuple[int, int, int]:
+            rank, (_, title, price) = item
+            affordable = cap is None or (price is not None and price <= cap)
+            return (int(affordable), len(wanted & set(_words(title))), -rank)
+
+        return max(enumerate(results), key=fit)[1][0]
+
+    @staticmethod
+    def option_clicks(instruction: str, admissible: Sequence[str]) -> list[str]:
+        """The listed option clicks whose value the instruction names as a phrase, longest values first,
+        leaving out a value contained in a longer named one."""
+        words = _words(_PRICE_CLAUSE.sub("", instruction))
+        named = [(a, _words(a[len("click["):-1])) for a in admissible
+                 if a.startswith("click[") and a not in _ITEM_BUTTONS]
+        named = [(a, w) for a, w in named if _contains_phrase(words, w)]
+        named.sort(key=lambda aw: -len(aw[1]))
+        kept: list[tuple[str, list[str]]] = []
+        for action, w in named:
+            if not any(_contains_phrase(longer, w) for _, longer in kept):
+                kept.append((action, w))
+        return [a for a, _ in kept]
 
 
 class RandomShopper:
