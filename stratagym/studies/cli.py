@@ -96,10 +96,12 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         why = _env_problem(study)
         if why is not None:
             _fail(f"study {study.name}: env {study.env} {why}; nothing to run")
+        from stratagym.studies.definitions import study_path
         from stratagym.studies.runner import run_study
 
         try:
-            run_study(study, out_dir, board=board, records=not no_records, log=typer.echo)
+            run_study(study, out_dir, board=board, records=not no_records, log=typer.echo,
+                      study_file=study_path(name))
         except ConfigError as exc:
             _fail(f"study {study.name}: {exc}")
 

@@ -32,6 +32,26 @@ A study file (``suites/studies/context.yaml`` is a full one)::
     extra_metrics: []                    # more evaluation metrics for the table (e.g. return)
     compare_to: []                       # more methods to show paired differences against
     requires_env: false                  # check the env builds here before training (ALFWorld)
+    eval_splits: {}                      # more evaluation sets: name -> env kwargs over the training env's
+                                         #   (e.g. {out_of_distribution: {split: out_of_distribution}}); each
+                                         #   adds success/<name> to the curves and the table
+    registration: {}                     # optional pre-registration, committed before the runs (below)
+
+``registration`` (a controlled study's pre-registration; the runner refuses to run a study that has one
+unless the study file is committed unchanged in git, and records that commit)::
+
+    registration:
+      registered: "2026-12-02"           # for readers; the git commit is the proof
+      hypotheses:                        # arm vs baseline, in the direction the paper claims
+        - {arm: HGPO K=4, baseline: GiGPO, direction: greater}
+      metrics: [success/out_of_distribution]   # final metrics (the first is the primary one)
+      test: permutation                  # sign flips over tasks (per-task success averaged over seeds)
+      alpha: 0.05
+      min_effect: 0.05                   # the smallest difference that counts as the claimed effect
+      testable_floor: 0.1                # both arms' mean below this on a metric: "not testable" there
+
+The verdict per hypothesis and metric is :func:`stratagym.eval.paired.decide` on the per-task final
+outcomes, paired by seed (:func:`stratagym.studies.report.registered_verdicts`).
 
 The names are the suites' names for the same ideas (``env``, ``env_kwargs``, ``label``, ``estimator``,
 ``estimator_kwargs``): a study's method is a suite's algorithm entry without ``recipe``, one
@@ -58,7 +78,7 @@ from stratagym.paths import REPO_ROOT
 
 __all__ = [
     "Method", "Study", "STUDY_DIR", "RESULTS_DIR", "load_study", "load_studies", "get_study", "study_names",
-    "results_dir", "legacy_study_dict",
+    "results_dir", "legacy_study_dict", "study_path", "check_registration",
 ]
 
 #: Where the study definitions live: ``suites/studies/<name>.yaml`` in the source checkout.
@@ -101,6 +121,8 @@ class Study:
     compare_to: tuple[str, ...] = ()
     extra_metrics: tuple[str, ...] = ()
     prediction: str = ""
+    eval_splits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    registration: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The definition as plain data (``results.json``'s ``study``): the YAML file's fields."""
@@ -124,7 +146,8 @@ _RULES = {
     "hidden": "positive_int", "memory": "natural", "eval_every": "positive_int",
     "eval_episodes_per_task": "positive_int", "final_episodes_per_task": "positive_int",
     "eval_tasks": "optional_positive_int", "track": "texts", "split_by": "optional_text",
-    "requires_env": "bool", "compare_to": "texts", "extra_metrics": "texts",
+    "requires_env": "bool", "compare_to": "texts", "extra_metrics": "texts", "eval_splits": "mapping",
+    "registration": "mapping",
 }
 _CHECKS: dict[str, Check] = {key: CHECKS[rule] for key, rule in _RULES.items()}
 _REQUIRED = ("title", "claim", "env", "methods")
@@ -155,12 +178,73 @@ def study_from_dict(data: Any, *, where: str, name: str | None = None) -> Study:
     unknown_refs = [r for r in data.get("compare_to", []) if r not in labels]
     if unknown_refs:
         raise ConfigError(f"{where}: compare_to names {unknown_refs}, which are not methods; methods: {labels}")
+    _check_eval_splits(data.get("eval_splits", {}), where)
+    if data.get("registration"):
+        check_registration(data["registration"], labels, where, eval_splits=data.get("eval_splits", {}))
     for key in ("track", "compare_to", "extra_metrics"):
         if key in data:
             data[key] = tuple(data[key])
     if "lr" in data:
         data["lr"] = float(data["lr"])
     return Study(methods=methods, **data)
+
+
+def _check_eval_splits(splits: dict[str, Any], where: str) -> None:
+    for name, kw in splits.items():
+        if not (isinstance(name, str) and name and "/" not in name):
+            raise ConfigError(f"{where}: eval_splits names must be non-empty strings without '/', got {name!r}")
+        if not isinstance(kw, dict):
+            raise ConfigError(f"{where}: eval_splits.{name} must be a mapping of env kwargs, got {kw!r}")
+
+
+#: The keys of a controlled study's ``registration`` and the tests it may name.
+REGISTRATION_KEYS = ("registered", "hypotheses", "metrics", "test", "alpha", "min_effect", "testable_floor")
+REGISTRATION_TESTS = ("permutation", "mcnemar")
+
+
+def check_registration(reg: dict[str, Any], labels: list[str], where: str, *,
+                       eval_splits: dict[str, Any] | None = None) -> None:
+    """Check a study's ``registration`` (see the module docstring): every key present, hypotheses over
+    the study's methods, metrics the final evaluation reports, a known test, alpha in (0, 1)."""
+    where = f"{where}: registration"
+    check_keys(reg, REGISTRATION_KEYS, where)
+    missing = [k for k in REGISTRATION_KEYS if k not in reg]
+    if missing:
+        raise ConfigError(f"{where}: missing {', '.join(missing)}: a registration states every one before the runs")
+    if not isinstance(reg["registered"], str) or not reg["registered"].strip():
+        raise ConfigError(f"{where}: registered must be a date string, got {reg['registered']!r}")
+    hyps = reg["hypotheses"]
+    if not isinstance(hyps, list) or not hyps:
+        raise ConfigError(f"{where}: hypotheses must be a non-empty list of {{arm, baseline, direction}}")
+    for i, h in enumerate(hyps):
+        if not (isinstance(h, dict) and set(h) == {"arm", "baseline", "direction"}):
+            raise ConfigError(f"{where}: hypotheses[{i}] must be {{arm, baseline, direction}}, got {h!r}")
+        for key in ("arm", "baseline"):
+            if h[key] not in labels:
+                raise ConfigError(f"{where}: hypotheses[{i}].{key} {h[key]!r} is not a method; methods: {labels}")
+        if h["arm"] == h["baseline"]:
+            raise ConfigError(f"{where}: hypotheses[{i}] compares {h['arm']!r} with itself")
+        if h["direction"] not in ("greater", "less"):
+            raise ConfigError(f"{where}: hypotheses[{i}].direction must be greater or less, got {h['direction']!r}")
+    valid = ["success"] + [f"success/{n}" for n in (eval_splits or {})]
+    metrics = reg["metrics"]
+    if not (isinstance(metrics, list) and metrics and all(m in valid for m in metrics)):
+        raise ConfigError(f"{where}: metrics must be a non-empty list of {valid}, got {metrics!r}")
+    if reg["test"] not in REGISTRATION_TESTS:
+        raise ConfigError(f"{where}: test must be one of {', '.join(REGISTRATION_TESTS)}, got {reg['test']!r}")
+    for key, lo, hi in (("alpha", 0.0, 1.0), ("min_effect", 0.0, 1.0), ("testable_floor", 0.0, 1.0)):
+        v = reg[key]
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v < hi and (key != "alpha" or v > 0)
+        if not ok or (key == "min_effect" and v <= 0):
+            raise ConfigError(f"{where}: {key} must be a number in the range for it, got {v!r}")
+
+
+def study_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """The file of a study given by name (``suites/studies/<name>.yaml``) or by path."""
+    text = os.fspath(name_or_path)
+    if text.endswith((".yaml", ".yml")) or os.sep in text or "/" in text:
+        return Path(text)
+    return STUDY_DIR / f"{text}.yaml"
 
 
 def load_study(path: str | os.PathLike[str]) -> Study:

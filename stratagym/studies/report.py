@@ -11,7 +11,8 @@ import numpy as np
 
 from stratagym.atomic import atomic_write_with
 
-__all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix", "md_cell"]
+__all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix", "md_cell",
+           "registered_verdicts", "verdict_lines"]
 
 
 def md_cell(text: str) -> str:
@@ -151,3 +152,70 @@ def plot_curves(results: Mapping[str, Any], panels: Sequence[tuple[str, str]], p
         finally:
             plt.close(fig)
     return path
+
+
+def registered_verdicts(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The verdict of each registered hypothesis on each registered metric (a study's ``registration``).
+
+    Each seed pairs the arm's and the baseline's final per-task success on the metric's evaluation set
+    (``success``: the training env's tasks; ``success/<name>``: that ``eval_splits`` set), and
+    :func:`stratagym.eval.paired.compare_seeds` averages each task's difference over the seeds, then
+    bootstraps and sign-flips it. The verdict is :func:`stratagym.eval.paired.decide` with the registered
+    test, alpha and smallest effect, with two registered exceptions: ``not testable`` when both arms'
+    mean success is below ``testable_floor`` (nothing was learned to compare), and an ``incomplete (k of n
+    seeds)`` prefix while some seed lacks either arm."""
+    from stratagym.eval.paired import compare_seeds, decide
+
+    study = results["study"]
+    reg = study.get("registration") or {}
+    if not reg:
+        return []
+    n_seeds = len(results.get("seeds", [])) or study.get("n_seeds", 0)
+    by = {(r["method"], r["seed"]): r for r in results["runs"]}
+    out = []
+    for h in reg["hypotheses"]:
+        for metric in reg["metrics"]:
+            split = metric.split("/", 1)[1] if "/" in metric else ""
+            seeds = sorted(s for (m, s) in by if m == h["arm"] and (h["baseline"], s) in by)
+            pairs = [(by[(h["baseline"], s)].get("per_task", {}).get(split), by[(h["arm"], s)].get("per_task", {}).get(split))
+                     for s in seeds]
+            row: dict[str, Any] = {**h, "metric": metric, "seeds": seeds}
+            if not pairs or any(b is None or a is None for b, a in pairs):
+                row["verdict"] = f"incomplete (0 of {n_seeds} seeds)" if not pairs else "no per-task outcomes"
+                out.append(row)
+                continue
+            c = compare_seeds(pairs)
+            row.update(c.to_dict())
+            if max(c.base, c.new) < reg["testable_floor"]:
+                verdict = "not testable"
+            else:
+                verdict = decide(c, direction=h["direction"], test=reg["test"], alpha=reg["alpha"],
+                                 min_effect=reg["min_effect"])
+            if len(seeds) < n_seeds:
+                verdict = f"incomplete ({len(seeds)} of {n_seeds} seeds): {verdict}"
+            row["verdict"] = verdict
+            out.append(row)
+    return out
+
+
+def verdict_lines(results: Mapping[str, Any]) -> str:
+    """The registered verdicts as Markdown (empty for a study without a registration)."""
+    reg = results["study"].get("registration") or {}
+    if not reg:
+        return ""
+    proof = results.get("registration_commit")
+    where = f"commit {proof['commit'][:10]} ({proof['date']})" if proof else "not checked against git"
+    lines = [f"Registered verdicts (registered {reg['registered']}, {where}; {reg['test']} test over tasks, "
+             f"alpha {reg['alpha']}, smallest effect {reg['min_effect']}, not testable below {reg['testable_floor']}):", ""]
+    lines += ["| hypothesis | metric | baseline | arm | diff [95% CI] | p | per seed | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    for v in registered_verdicts(results):
+        hyp = f"{md_cell(v['arm'])} {'>' if v['direction'] == 'greater' else '<'} {md_cell(v['baseline'])}"
+        if "diff" not in v:
+            lines.append(f"| {hyp} | {v['metric']} | n/a | n/a | n/a | n/a | n/a | {v['verdict']} |")
+            continue
+        p = v["permutation_p"] if reg["test"] == "permutation" else v["mcnemar_p"]
+        lines.append(f"| {hyp} | {v['metric']} | {v['base']:.3f} | {v['new']:.3f} | "
+                     f"{v['diff']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}] | {p:.3g} | "
+                     f"{', '.join(f'{x:+.2f}' for x in v['per_seed'])} | {v['verdict']} |")
+    return "\n".join(lines) + "\n"

@@ -61,16 +61,22 @@ def recipe_for(study: Study, method: Method, seed: int, output_dir: str) -> Any:
 
 def evaluate_policy(
     policy: Any, collector: Any, *, episodes_per_task: int, sample_seed: int, split_by: str | None,
-    track: Sequence[str], max_tasks: int | None = None,
+    track: Sequence[str], max_tasks: int | None = None, per_task: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Sampled episodes on every task (or the first ``max_tasks``): success, success per ``split_by``
-    value, tracked info means."""
+    value, tracked info means. ``per_task``, when given, is filled with each task's success rate (the
+    unit a registered paired test resamples)."""
     evaluator = policy.sampling_copy(sample_seed)
     collector.policy = evaluator
     collector.group_size = episodes_per_task
     tasks = collector.task_ids()[:max_tasks]
     batch = collector.collect(tasks, [sample_seed] * len(tasks))
     ok = batch.ok
+    if per_task is not None:
+        wins: dict[str, list[bool]] = {}
+        for t in ok:
+            wins.setdefault(t.task_id, []).append(bool(t.won))
+        per_task.update({k: float(np.mean(v)) for k, v in sorted(wins.items())})
     out: dict[str, float] = {
         "success": float(np.mean([t.won for t in ok])) if ok else float("nan"),
         "return": float(np.mean([t.env_return for t in ok])) if ok else float("nan"),
@@ -99,10 +105,15 @@ class StudyRun:
     final: dict[str, float]
     seconds: float
     policy: Any = None
+    #: eval set ("" for the training env, else an ``eval_splits`` name) -> task id -> final success rate
+    per_task: dict[str, dict[str, float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "seed": self.seed, "curve": self.curve, "final": self.final,
-                "seconds": self.seconds}
+        d = {"method": self.method, "seed": self.seed, "curve": self.curve, "final": self.final,
+             "seconds": self.seconds}
+        if self.per_task is not None:
+            d["per_task"] = self.per_task
+        return d
 
 
 def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task: int | None = None,
@@ -117,13 +128,30 @@ def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task:
         env_kwargs = {**study.env_kwargs, **method.env_kwargs}
         eval_collector = RolloutCollector(study.env, trainer.policy, group_size=1,
                                           pool=InProcessPool(study.env, env_kwargs), max_turns=200)
+        # more evaluation sets (eval_splits): the training env's kwargs with the split's over them, every task
+        split_collectors = {
+            name: RolloutCollector(study.env, trainer.policy, group_size=1,
+                                   pool=InProcessPool(study.env, {**env_kwargs, **kw}), max_turns=200)
+            for name, kw in study.eval_splits.items()}
         eval_seed = 10_000 + seed  # the same evaluation episodes' randomness for every method
+
+        def split_points(episodes: int, sample_seed: int, per_task: dict[str, dict[str, float]] | None = None):
+            out: dict[str, float] = {}
+            for name, coll in split_collectors.items():
+                tasks: dict[str, float] | None = {} if per_task is not None else None
+                m = evaluate_policy(trainer.policy, coll, episodes_per_task=episodes, sample_seed=sample_seed,
+                                    split_by=None, track=(), per_task=tasks)
+                out[f"success/{name}"] = m["success"]
+                if per_task is not None:
+                    per_task[name] = tasks
+            return out
 
         def point(iteration: int, row: dict[str, Any] | None) -> dict[str, Any]:
             p = {"iteration": iteration}
             p.update(evaluate_policy(trainer.policy, eval_collector, episodes_per_task=study.eval_episodes_per_task,
                                      sample_seed=eval_seed + iteration, split_by=study.split_by, track=study.track,
                                      max_tasks=study.eval_tasks))
+            p.update(split_points(study.eval_episodes_per_task, eval_seed + iteration))
             return p
 
         curve = [point(0, None)]
@@ -141,10 +169,12 @@ def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task:
 
         try:
             trainer.train(on_step=on_step)
-            final = evaluate_policy(trainer.policy, eval_collector,
-                                    episodes_per_task=final_episodes_per_task or study.final_episodes_per_task,
+            n_final = final_episodes_per_task or study.final_episodes_per_task
+            per_task: dict[str, dict[str, float]] | None = {"": {}} if study.eval_splits else None
+            final = evaluate_policy(trainer.policy, eval_collector, episodes_per_task=n_final,
                                     sample_seed=eval_seed - 1, split_by=study.split_by, track=study.track,
-                                    max_tasks=study.eval_tasks)
+                                    max_tasks=study.eval_tasks, per_task=per_task[""] if per_task else None)
+            final.update(split_points(n_final, eval_seed - 1, per_task))
             # area under the learning curve: mean eval success over the schedule (iteration 0 excluded)
             final["auc"] = float(np.mean([p["success"] for p in curve[1:]])) if len(curve) > 1 else float("nan")
             for key in [k for k in final if k.startswith("success/")]:
@@ -153,8 +183,10 @@ def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task:
             policy = trainer.policy.frozen_copy()
         finally:
             eval_collector.close()
+            for coll in split_collectors.values():
+                coll.close()
             trainer.close()
-    return StudyRun(method.label, seed, curve, final, time.perf_counter() - t0, policy)
+    return StudyRun(method.label, seed, curve, final, time.perf_counter() - t0, policy, per_task)
 
 
 def weights_hash(policy: Any) -> str:
@@ -219,7 +251,7 @@ def metric_names(results: dict[str, Any]) -> list[str]:
 def render(results: dict[str, Any], out_dir: str | Path) -> None:
     """Write ``table.md`` and ``curves.png`` from a study's ``results.json`` content."""
     from stratagym.atomic import atomic_write
-    from stratagym.studies.report import markdown_table, plot_curves, summarize
+    from stratagym.studies.report import markdown_table, plot_curves, summarize, verdict_lines
 
     out = Path(out_dir)
     study = results["study"]
@@ -238,6 +270,13 @@ def render(results: dict[str, Any], out_dir: str | Path) -> None:
         table += "\nGreedy success (eval harness: each evaluated task once per training seed; 95% CI over episodes):\n\n"
         table += "\n".join(f"- {m}: {greedy[m]['value']:.3f} [{greedy[m]['ci_low']:.3f}, {greedy[m]['ci_high']:.3f}]"
                             for m in order) + "\n"
+    verdicts = verdict_lines(results)
+    if verdicts:
+        table += "\n" + verdicts
+    if results.get("complete") is False:
+        done = sorted({r["seed"] for r in results["runs"]})
+        table = (f"**Incomplete**: {len(results['runs'])} of {len(labels) * len(results['seeds'])} runs finished "
+                 f"(seeds with runs: {', '.join(map(str, done))}).\n\n") + table
     seeds = ", ".join(str(s) for s in results["seeds"])
     atomic_write(
         out / "table.md",
@@ -270,27 +309,58 @@ def rerender(study: Study, out_dir: str | Path) -> Path:
     return out
 
 
+def registration_proof(study: Study, study_file: str | Path | None, *, require_commit: bool = True) -> dict[str, str] | None:
+    """For a study with a ``registration``: the commit that holds its file unchanged (``{"commit", "date"}``);
+    refused (:class:`~stratagym.studies.preregistration.PreregistrationError`) when the file is not
+    committed or has changed since, unless ``require_commit`` is False (then None: the report says the
+    registration was not checked). A study without a registration needs nothing (None)."""
+    if not study.registration:
+        return None
+    from stratagym.studies.preregistration import PreregistrationError, git_proof
+
+    if study_file is None or not require_commit:
+        if require_commit:
+            raise PreregistrationError(f"study {study.name} has a registration but no study file to check in git")
+        return None
+    return git_proof(study_file)
+
+
 def run_study(
     study: Study, out_dir: str | Path, *, seeds: Sequence[int] | None = None, board: str | None = None,
-    log: Callable[[str], None] = print, records: bool = True,
+    log: Callable[[str], None] = print, records: bool = True, study_file: str | Path | None = None,
+    require_commit: bool = True,
 ) -> dict[str, Any]:
-    """Run every arm x seed, write ``results.json``, ``table.md``, ``curves.png`` and records to ``out_dir``."""
-    from stratagym.atomic import write_json_atomic
-    from stratagym.studies.report import summarize
+    """Run every arm x seed, write ``results.json``, ``table.md``, ``curves.png`` and records to ``out_dir``.
 
+    Runs go seed by seed (every method of seed 0, then seed 1, ...), and ``results.json`` is rewritten
+    after each run with ``"complete": false``, so a study stopped part way leaves complete paired seeds
+    on disk. A study with a ``registration`` runs only if ``study_file`` is committed unchanged in git
+    (:func:`registration_proof`); the commit is recorded, and the registered verdicts are computed."""
+    from stratagym.atomic import write_json_atomic
+    from stratagym.studies.report import registered_verdicts, summarize
+
+    proof = registration_proof(study, study_file, require_commit=require_commit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(study.n_seeds)) if seeds is None else list(seeds)
     torch.set_num_threads(1)
     t_start = time.perf_counter()
     runs: list[StudyRun] = []
-    for method in study.methods:
-        for seed in seeds:
+    results: dict[str, Any] = {"study": study.to_dict(), "seeds": seeds, "runs": []}
+    if study.registration:
+        results["registration_commit"] = proof
+    for seed in seeds:
+        for method in study.methods:
             run = run_one(study, method, seed)
             runs.append(run)
+            results["runs"] = [r.to_dict() for r in runs]
+            results["complete"] = False
+            results["seconds"] = time.perf_counter() - t_start
+            write_json_atomic(out / "results.json", results)  # a stopped study keeps its finished runs
             log(f"{study.name}: {method.label:28s} seed {seed}: success {run.final['success']:.3f} "
-                f"({run.seconds:.1f}s)")
-    results = {"study": study.to_dict(), "seeds": seeds, "runs": [r.to_dict() for r in runs]}
+                + " ".join(f"{k} {v:.3f}" for k, v in run.final.items() if k.startswith("success/"))
+                + f" ({run.seconds:.1f}s)")
+    results.pop("complete")
     metrics = metric_names(results)
     write_json_atomic(out / "results.json", results)  # the runs are safe even if the records step fails
     if records:
@@ -309,6 +379,8 @@ def run_study(
         results["greedy_success"] = greedy
     results["seconds"] = time.perf_counter() - t_start
     results["summary"] = summarize(results, metrics)
+    if study.registration:
+        results["verdicts"] = registered_verdicts(results)
     write_json_atomic(out / "results.json", results)
     render(results, out)
     log(f"{study.name}: wrote {out}/results.json, table.md, curves.png ({results['seconds']:.0f}s)")
