@@ -66,7 +66,10 @@ class LLMConfig:
 
     ``model``: a local HF folder or hub name (hub names need the network). ``template``: force a prompt
     template (``search_r1``, ``think_action``, ``plain``); default by env family. ``memory_k``: earlier
-    turns kept in the prompt. ``max_prompt_tokens``: longer prompts keep their last tokens.
+    turns kept in the prompt. ``max_prompt_tokens``: the most prompt tokens (also held within the model's context less
+    ``max_new_tokens``); a longer prompt is cut by :meth:`LLMPolicy.fit_prompt`'s rule (oldest remembered turns
+    first, then its first tokens), and the cut is recorded (``Generation.extra["prompt_cut"]``, the eval's
+    ``prompt_cuts`` metric).
     ``lora``: peft LoRA settings (``r``, ``alpha``, ``dropout``, ``target_modules``) or None for full
     fine-tuning. ``fused_decode``: the ``hf`` backend samples Llama/Qwen2 models on CPU in float32 through the
     fused static-KV-cache forward (:mod:`stratagym.agents.inference.fused_decode`; exact, several times faster on small
@@ -528,9 +531,42 @@ class LLMPolicy:
         return "\n\n".join(m["content"] for m in messages) + "\n"
 
     def prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        enc = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        """Token ids of rendered prompts, each keeping its last :attr:`prompt_limit` tokens."""
+        limit = self.prompt_limit
+        return [ids[-limit:] if len(ids) > limit else ids for ids in self._encode(texts)]
+
+    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+    @property
+    def prompt_limit(self) -> int:
+        """The most tokens a prompt may have: ``max_prompt_tokens``, and no more than the model's context
+        (``max_position_embeddings``) leaves beside ``max_new_tokens`` (at least 8)."""
         limit = self.config.max_prompt_tokens
-        return [ids[-limit:] if len(ids) > limit else ids for ids in enc]
+        context = getattr(getattr(unwrap_model(self.model), "config", None), "max_position_embeddings", None) \
+            if self.model is not None else None
+        if isinstance(context, int) and context > 0:
+            limit = min(limit, max(context - self.config.max_new_tokens, 8))
+        return limit
+
+    def fit_prompt(self, request: GenerationRequest, tools: Optional[Sequence[Any]] = None) -> tuple[list[int], dict[str, int]]:
+        """The prompt of ``request`` within :attr:`prompt_limit` tokens, and what was cut to fit.
+
+        The rule, in order: the prompt with ``memory_k`` remembered turns; while it is too long, the
+        oldest remembered turn is dropped (the task, the current observation and the admissible actions
+        stay); if even the prompt with no remembered turn is too long, its last tokens are kept (the
+        current observation, the actions and the instructions that close the prompt survive; the task's
+        opening goes first). Returns the ids and ``{"turns": remembered turns dropped, "tokens": tokens
+        cut after that}`` (both 0 when the prompt fits as built)."""
+        template = self.template_for(request)
+        limit = self.prompt_limit
+        remembered = min(self.config.memory_k, len(request.history))
+        for keep in range(remembered, -1, -1):
+            messages = template.build(request.observation, request.info, request.history, keep)
+            ids = self._encode([self.render(messages, tools)])[0]
+            if len(ids) <= limit:
+                return ids, {"turns": remembered - keep, "tokens": 0}
+        return ids[-limit:], {"turns": remembered, "tokens": len(ids) - limit}
 
     # ---- protocol: acting -------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], *, greedy: bool = False) -> list[Generation]:
@@ -571,7 +607,12 @@ class LLMPolicy:
             for k, i in zip(keys, idx):
                 first.setdefault(k, i)
             uniq = list(first)
-            upids = self.prompt_ids([self.render(messages[first[k]], tools[first[k]]) for k in uniq])
+            upids = self._encode([self.render(messages[first[k]], tools[first[k]]) for k in uniq])
+            limit = self.prompt_limit
+            cuts: dict[Any, dict[str, int]] = {}
+            for j, k in enumerate(uniq):
+                if len(upids[j]) > limit:  # too long: cut by the documented rule, and say so in the record
+                    upids[j], cuts[k] = self.fit_prompt(requests[first[k]], tools[first[k]])
             slot = {k: j for j, k in enumerate(uniq)}
             pids = [upids[slot[k]] for k in keys]
             if self.config.backend == "vllm" and self._dirty:
@@ -579,15 +620,17 @@ class LLMPolicy:
                 self._dirty = False
             with self.compute_context():
                 raws = self.backend.generate(pids, stop, self.sampling, greedy=greedy)
-            for i, p, raw in zip(idx, pids, raws):
+            for i, key, p, raw in zip(idx, keys, pids, raws):
                 parsed = templates[i].parse(raw.text)
                 payload = {
                     "prompt_ids": torch.tensor(p, dtype=torch.long),
                     "response_ids": torch.tensor(raw.response_ids or [], dtype=torch.long),
                     "sampling_logprobs": torch.tensor(raw.logprobs or [0.0] * len(raw.response_ids or []), dtype=torch.float32),
                 }
-                out[i] = Generation(parsed.action, payload, raw.text, parsed.format_ok, len(raw.response_ids or []),
-                                    {"finish_reason": raw.finish_reason})
+                extra = {"finish_reason": raw.finish_reason}
+                if key in cuts:
+                    extra["prompt_cut"] = dict(cuts[key])
+                out[i] = Generation(parsed.action, payload, raw.text, parsed.format_ok, len(raw.response_ids or []), extra)
         return [g for g in out if g is not None]
 
     # ---- protocol: scoring ---------------------------------------------------------------------------------

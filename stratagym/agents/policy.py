@@ -91,7 +91,9 @@ class Generation:
     model output (equal to ``action`` for a scorer). ``format_ok`` says the parser found a well-formed
     action (the trainer's format reward uses it). ``payload`` is opaque to everyone but the policy: it
     is given back to :meth:`Policy.sequence_log_probs`. ``num_tokens`` counts generated tokens (1 for a
-    scorer) for throughput metrics.
+    scorer) for throughput metrics. ``extra`` carries what a backend reports beside it (``finish_reason``;
+    ``prompt_cut``, ``{"turns", "tokens"}``, when the prompt was cut to fit the model: the collector records
+    it on the step).
     """
 
     action: str

@@ -16,6 +16,9 @@ metric                             how
 ``search_count``                   mean search calls per episode (+ its distribution)
 ``turns``                          mean turns per episode (+ its distribution; lower is better)
 ``valid_ratio``                    mean share of valid actions per episode
+``prompt_cuts``                    mean turns per episode whose prompt the policy cut to fit its
+                                   model (only where some prompt was cut: a sign the memory or the
+                                   pages outgrow the context)
 =================================  ===============================================================
 
 An env's own metrics are declared in its spec (``EnvSpec.metrics``, :class:`~stratagym.envs.metric_spec.MetricSpec`)
@@ -61,6 +64,8 @@ _COMMON_FIRST = (MetricSpec("mean_reward", "mean", field="total_reward", column=
 _COMMON_LAST = (MetricSpec("search_count", "mean", field="search_count"),
                 MetricSpec("turns", "mean", field="turns", higher_is_better=False),
                 MetricSpec("valid_ratio", "mean", field="valid_ratio"))
+#: Shown only where some episode's prompt was cut, so records of policies that never cut keep their metrics.
+_PROMPT_CUTS = MetricSpec("prompt_cuts", "mean", field="prompt_cuts", higher_is_better=False, column=False)
 #: Keys of ``extra`` that describe an episode rather than measure it.
 _DESCRIPTIVE_KEYS = frozenset({"task_type", "split"})
 
@@ -94,7 +99,7 @@ def primary_metric(env_id: str) -> str:
 def higher_is_better(metric: str, env_id: str | None = None) -> bool:
     """The ranking direction of ``metric``: from its declaration (the common metrics here, ``env_id``'s
     ``EnvSpec.metrics``); undeclared metrics rank higher-first."""
-    for spec in _COMMON_FIRST + _COMMON_LAST + _rules(env_id).declared:
+    for spec in _COMMON_FIRST + _COMMON_LAST + (_PROMPT_CUTS,) + _rules(env_id).declared:
         if spec.name == metric:
             return spec.higher_is_better
     return True
@@ -235,6 +240,8 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
 
     for spec in _COMMON_LAST:
         m[spec.name] = _declared(spec, rows)  # type: ignore[assignment]
+    if any(r.get("prompt_cuts") for r in rows):
+        m["prompt_cuts"] = _summarise(_PROMPT_CUTS, [int(r.get("prompt_cuts") or 0) for r in rows])
     return m
 
 

@@ -27,6 +27,7 @@ class EpisodeRecord:
     valid_actions: int
     truncated: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    prompt_cuts: int = 0  # turns whose prompt the policy cut to fit its model (LLMPolicy.fit_prompt)
 
     @property
     def valid_ratio(self) -> float:
@@ -55,4 +56,5 @@ class EpisodeRecord:
             valid_actions=sum(bool(s.action_valid) for s in traj.steps),
             truncated=bool(traj.truncated and not traj.terminated),
             extra={k: last[k] for k in info_keys if k in last},
+            prompt_cuts=traj.prompt_cuts,
         )

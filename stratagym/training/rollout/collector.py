@@ -116,7 +116,7 @@ class RolloutCollector:
                     context=[int(h) for h in before.get("context_hashes", [])],
                     search_count=int(info.get("search_count", 0)),
                     info={key: v for key, v in info.items() if key not in DROP_INFO},
-                    observation=obs[k],
+                    observation=obs[k], prompt_cut=bool(g.extra.get("prompt_cut")),
                 ))
                 history[k].append(Turn(obs[k], g.action))
                 obs[k], infos[k] = o, info

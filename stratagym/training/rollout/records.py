@@ -30,6 +30,7 @@ class StepRecord:
     info: dict[str, Any]  # info after the step (without admissible_actions)
     shaped_reward: Optional[float] = None  # reward after the trainer's shaping
     observation: Optional[str] = None  # the observation the action was taken in (transcripts; shared, not copied)
+    prompt_cut: bool = False  # the policy cut this turn's prompt to fit its model (LLMPolicy.fit_prompt)
 
     @property
     def train_reward(self) -> float:
@@ -70,6 +71,11 @@ class Trajectory:
     def valid_ratio(self) -> float:
         return sum(s.action_valid for s in self.steps) / len(self.steps) if self.steps else 1.0
 
+    @property
+    def prompt_cuts(self) -> int:
+        """Turns whose prompt the policy cut to fit its model."""
+        return sum(s.prompt_cut for s in self.steps)
+
 
 @dataclass
 class RolloutBatch:
@@ -101,6 +107,7 @@ class RolloutBatch:
             "rollout/search_count": sum(t.search_count for t in ok) / n,
             "rollout/valid_ratio": sum(t.valid_ratio for t in ok) / n,
             "rollout/format_ok": sum(s.format_ok for t in ok for s in t.steps) / max(sum(len(t.steps) for t in ok), 1),
+            "rollout/prompt_cut": sum(t.prompt_cuts for t in ok) / max(sum(len(t.steps) for t in ok), 1),
             "rollout/tokens": float(self.generated_tokens),
             **self.extra,
         }
