@@ -187,6 +187,43 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             if refused:
                 raise typer.Exit(1)
 
+    @app.command("failures")
+    def failures_cmd(
+        record: Path = typer.Argument(..., help="An eval record (JSON) whose progress file kept transcripts."),
+        transcripts: Optional[Path] = typer.Option(None, "--transcripts", help="The progress file holding its transcripts "
+                                                   "(default: <record>.progress.jsonl)."),
+        window: int = typer.Option(10, help="Turns at the end of an episode the loop and invalid checks read."),
+        max_distinct: int = typer.Option(2, help="A loop repeats at most this many distinct actions."),
+    ) -> None:
+        """Where an eval's episodes fail: won, finished (a wrong final decision), loop, invalid, step limit."""
+        import json
+
+        from rich.console import Console
+
+        from stratagym.display import print_table
+        from stratagym.eval.failures import failure_report
+        from stratagym.eval.harness import progress_path
+        from stratagym.eval.transcripts import read_transcripts
+        from stratagym.errors import ConfigError
+
+        if window < 1 or max_distinct < 1:
+            raise ConfigError("--window and --max-distinct must be >= 1")
+        try:
+            rec = json.loads(record.read_text())
+            episodes = rec["episodes"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{record} is not a readable eval record ({exc}); pass the JSON file `stratagym eval -o` wrote") from exc
+        source = transcripts or progress_path(record)
+        _, found = read_transcripts(source)
+        report = failure_report(episodes, found, window=window, max_distinct=max_distinct)
+        console = Console(soft_wrap=True)
+        print_table(console, f"where {len(episodes)} episodes end ({report.total - report.without_transcript} with transcripts)",
+                    ["outcome", "episodes", "share", "first example"],
+                    [(label, n, f"{share:.2f}", ex) for label, n, share, ex in report.rows()])
+        if report.without_transcript:
+            console.print(f"{report.without_transcript} episode(s) have no transcript in {source}: "
+                          "loops and invalid streaks among them count as step_limit", markup=False)
+
     @app.command("bench")
     def bench_cmd(
         suite: Path = typer.Option(Path("suites/quick.yaml"), "--suite", "-s", help="Suite YAML (default suites/quick.yaml)."),

@@ -65,3 +65,22 @@ def test_it_is_registered_and_scores_near_the_oracle_on_the_test_goals():
     # measured: score 96.7, success 0.88, 3.79 turns (the oracle 100 / 1.00 / 3.89; the random shopper 31.6 / 0.11)
     assert round(m["webshop_score"]["value"], 1) == 96.7 and m["success"]["value"] == 0.88
     assert m["search_count"]["value"] == 1.0 and m["valid_ratio"]["value"] == 1.0
+
+
+def test_demonstrations_come_from_train_goals_only():
+    import pytest
+
+    from stratagym.errors import ConfigError
+    from stratagym.training.demos import collect_demos
+
+    for split in ("test", "eval", "all"):  # "all" holds the test goals too
+        with pytest.raises(ConfigError, match="train split"):
+            collect_demos("stratagym/WebShop-v0", "scripted:expert", split=split, n=2)
+    demos = collect_demos("stratagym/WebShop-v0", "scripted:expert", split="train", n=6)
+    env = gym.make("stratagym/WebShop-v0", split="train").unwrapped
+    held_out = set(env.catalog.task_ids("test")) | set(env.catalog.task_ids("eval"))
+    assert demos and not {d["task_id"] for d in demos} & held_out
+    # the demonstrations teach the expert's actions in the think_action form, admissible actions listed
+    first = demos[0]["turns"][0]
+    assert "admissible actions" in first["prompt"][-1]["content"]
+    assert first["completion"].endswith(f"<action> search[{instruction_query(env.catalog.goal(demos[0]['task_id'])['instruction_text'])}] </action>")
