@@ -310,8 +310,10 @@ def run_difficulty(n_tasks: int = 200, group_size: int = 8, env_kwargs: dict[str
 CORRIDOR_TESTBED: dict[str, Any] = {"segments": 6, "corridor": 2, "context_k": 4}
 
 
-def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4) -> str:
-    """The HGPO testbed's check on the long ValueCorridor and, where the games are here, ALFWorld."""
+def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4, webshop_tasks: int = 16) -> str:
+    """The HGPO testbed's check on the long ValueCorridor, on WebShop's train goals (members of a group that
+    type the same search share its results page: GiGPO's anchor states) and, where the games are here,
+    ALFWorld."""
     from stratagym.envs.synthetic.agents import OracleAgent as CorridorOracle
 
     parts = []
@@ -326,6 +328,19 @@ def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4) 
         res = {name: context_check(play("stratagym/ValueCorridor-v0", kw, make, n_tasks=n_tasks, group_size=group_size))
                for name, make in agents.items()}
         parts.append(format_table(f"context: {title} ({n_tasks} tasks x G={group_size})", res))
+    if webshop_tasks:
+        from stratagym.envs.webshop.agents import InstructionExpert, RandomShopper
+
+        kw = {"split": "train", "max_steps": 15}
+        agents = {
+            "random shopper": lambda env: RandomShopper(env, seed=0),
+            "expert, eps 0.2": lambda env: NoisyAgent(InstructionExpert(env), env, eps=0.2),
+            "expert, eps 0.5": lambda env: NoisyAgent(InstructionExpert(env), env, eps=0.5),
+            "expert": lambda env: InstructionExpert(env),
+        }
+        res = {name: context_check(play("stratagym/WebShop-v0", kw, make, n_tasks=webshop_tasks, group_size=group_size))
+               for name, make in agents.items()}
+        parts.append(format_table(f"context: WebShop (train, first {webshop_tasks} goals x G={group_size}, 15 turns)", res))
     if alfworld_tasks:
         try:
             from stratagym.envs.alfworld.agents import PlannerExpertAgent

@@ -147,3 +147,20 @@ def test_door_blind_groups_mix_lamps_at_the_fork_where_a_fixed_lever_would_not()
     assert fixed["level-0 groups mixing histories (k=4)"] == 0.0
     assert blind["level-0 groups mixing histories (k=4)"] > 0.3
     assert blind["mean group size: history k=4"] >= 2.0  # deep groups still hold several steps
+
+
+def test_webshop_groups_share_pages_and_the_item_page_hides_which_option_was_chosen():
+    """WebShop's structure for GiGPO and HGPO (issue 48 item 3): copies of a goal share the search and
+    results pages (anchor states), and because the item page reads the same before and after an option
+    click, the instruction expert's level-0 group on it pools steps of different histories."""
+    from stratagym.envs.webshop.agents import InstructionExpert
+
+    batch = play("stratagym/WebShop-v0", {"split": "train", "max_steps": 15}, lambda env: InstructionExpert(env),
+                 n_tasks=4, group_size=4)
+    out = context_check(batch, levels=(0, 1, 2))
+    assert out["repeat rate: state"] == 1.0  # identical copies: every step has its twins
+    options = sum(t.steps[i].action not in ("click[buy now]",) and t.steps[i].action.startswith("click[")
+                  and i >= 2 for t in batch.ok for i in range(len(t.steps)))
+    assert options > 0  # some goal names an option, clicked on the item page
+    assert out["mean group size: state"] > 4  # ... so that page's group holds more steps than copies
+    assert out["level-0 groups mixing histories (k=2)"] > 0
