@@ -273,14 +273,15 @@ def render(results: dict[str, Any], out_dir: str | Path) -> None:
     verdicts = verdict_lines(results)
     if verdicts:
         table += "\n" + verdicts
+    seeds = ", ".join(str(s) for s in results["seeds"])
+    reported = "all reported"
     if results.get("complete") is False:
         done = sorted({r["seed"] for r in results["runs"]})
-        table = (f"**Incomplete**: {len(results['runs'])} of {len(labels) * len(results['seeds'])} runs finished "
-                 f"(seeds with runs: {', '.join(map(str, done))}).\n\n") + table
-    seeds = ", ".join(str(s) for s in results["seeds"])
+        reported = (f"every finished run reported.\n\n**Incomplete**: {len(results['runs'])} of "
+                    f"{len(labels) * len(results['seeds'])} runs finished (seeds with runs: {', '.join(map(str, done))})")
     atomic_write(
         out / "table.md",
-        f"# {study['title']}\n\nSeeds {seeds}, all reported. Budget per run: {study['iterations']} iterations x "
+        f"# {study['title']}\n\nSeeds {seeds}, {reported}. Budget per run: {study['iterations']} iterations x "
         f"{study['tasks_per_iteration']} tasks x G={study['group_size']}, lr {study['lr']}.\n\n{table}\n"
         f"Total wall time: {results['seconds']:.0f} s\n"
     )
