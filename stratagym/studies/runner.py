@@ -26,7 +26,8 @@ from stratagym.errors import ConfigError
 from stratagym.studies.definitions import Method, Study
 from stratagym.paths import slug  # re-exported: study outputs are named with it
 
-__all__ = ["SCORER_CLASS", "StudyRun", "recipe_for", "run_one", "run_study", "evaluate_policy", "render", "rerender", "slug"]
+__all__ = ["SCORER_CLASS", "StudyRun", "recipe_for", "run_one", "run_study", "finish_results", "evaluate_policy", "render",
+           "rerender", "slug"]
 
 #: The policy every study trains, as recipes name it (see :mod:`stratagym.agents.scorer`).
 SCORER_CLASS = "stratagym.agents.scorer:ScorerPolicy"
@@ -270,6 +271,9 @@ def render(results: dict[str, Any], out_dir: str | Path) -> None:
         table += "\nGreedy success (eval harness: each evaluated task once per training seed; 95% CI over episodes):\n\n"
         table += "\n".join(f"- {m}: {greedy[m]['value']:.3f} [{greedy[m]['ci_low']:.3f}, {greedy[m]['ci_high']:.3f}]"
                             for m in order) + "\n"
+    if results.get("records_error"):
+        table += (f"\nThe leaderboard records step failed ({results['records_error']}); a method without a greedy "
+                  "line above has no record.\n")
     verdicts = verdict_lines(results)
     if verdicts:
         table += "\n" + verdicts
@@ -338,7 +342,6 @@ def run_study(
     on disk. A study with a ``registration`` runs only if ``study_file`` is committed unchanged in git
     (:func:`registration_proof`); the commit is recorded, and the registered verdicts are computed."""
     from stratagym.atomic import write_json_atomic
-    from stratagym.studies.report import registered_verdicts, summarize
 
     proof = registration_proof(study, study_file, require_commit=require_commit)
     out = Path(out_dir)
@@ -362,27 +365,45 @@ def run_study(
                 + " ".join(f"{k} {v:.3f}" for k, v in run.final.items() if k.startswith("success/"))
                 + f" ({run.seconds:.1f}s)")
     results.pop("complete")
-    metrics = metric_names(results)
     write_json_atomic(out / "results.json", results)  # the runs are safe even if the records step fails
     if records:
         greedy = {}
-        for method in study.methods:
-            rec = method_record(study, method, [r for r in runs if r.method == method.label])
-            path = out / "records" / f"{slug(method.label)}.json"
-            write_json_atomic(path, rec)
-            m = rec["metrics"].get("success") or next(iter(rec["metrics"].values()))
-            greedy[method.label] = {"value": m["value"], "ci_low": m["ci_low"], "ci_high": m["ci_high"]}
-            if board:
-                from stratagym.leaderboard import Leaderboard
+        try:
+            for method in study.methods:
+                rec = method_record(study, method, [r for r in runs if r.method == method.label])
+                path = out / "records" / f"{slug(method.label)}.json"
+                write_json_atomic(path, rec)
+                m = rec["metrics"].get("success") or next(iter(rec["metrics"].values()))
+                greedy[method.label] = {"value": m["value"], "ci_low": m["ci_low"], "ci_high": m["ci_high"]}
+                if board:
+                    from stratagym.leaderboard import Leaderboard
 
-                with Leaderboard(board) as lb:
-                    lb.submit(rec)
-        results["greedy_success"] = greedy
+                    with Leaderboard(board) as lb:
+                        lb.submit(rec)
+            results["greedy_success"] = greedy
+        except OSError as exc:  # a full disk, an unwritable folder: the finished runs are still reported
+            results["records_error"] = f"{type(exc).__name__}: {exc}"
+            if greedy:  # the records written before the failure
+                results["greedy_success"] = greedy
+            log(f"{study.name}: the leaderboard records failed ({results['records_error']}); "
+                "results.json, table.md and curves.png are written without them")
     results["seconds"] = time.perf_counter() - t_start
-    results["summary"] = summarize(results, metrics)
-    if study.registration:
+    finish_results(results, out)
+    log(f"{study.name}: wrote {out}/results.json, table.md, curves.png ({results['seconds']:.0f}s)")
+    return results
+
+
+def finish_results(results: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
+    """Add the summary (and, for a registered study, the verdicts) to ``results``, write ``results.json``,
+    ``table.md`` and ``curves.png``: the end of :func:`run_study`, also for runs a crash left finished but
+    unreported."""
+    from stratagym.atomic import write_json_atomic
+    from stratagym.studies.report import registered_verdicts, summarize
+
+    out = Path(out_dir)
+    results["summary"] = summarize(results, metric_names(results))
+    if results["study"].get("registration"):
         results["verdicts"] = registered_verdicts(results)
     write_json_atomic(out / "results.json", results)
     render(results, out)
-    log(f"{study.name}: wrote {out}/results.json, table.md, curves.png ({results['seconds']:.0f}s)")
     return results

@@ -202,3 +202,27 @@ def test_random_win_rates_on_the_real_engine():
     assert r["episodes"] == 4 and r["wins@5"] == 0  # no pick-and-place game is won in 5 random steps
     assert 0 <= r["wins@50"] <= 4 and 4 * 5 <= a["steps"] <= 4 * 50
     assert "| pick_and_place_simple | 4 | 0 (0.000) |" in format_rates(a)
+
+
+def test_a_failed_records_step_still_reports_the_runs(tmp_path):
+    """The records come after every run; when they cannot be written (here: 'records' is a file, not a
+    folder) the runs are still summarised and rendered, and the table says why greedy success is missing."""
+    study = get_study("difficulty").with_overrides(iterations=1, tasks_per_iteration=2, group_size=2, eval_every=1,
+                                                   eval_episodes_per_task=1, final_episodes_per_task=1, n_seeds=1)
+    (tmp_path / "records").write_text("in the way")
+    results = run_study(study, tmp_path, log=lambda _: None)
+    assert "records_error" in results and "greedy_success" not in results and "complete" not in results
+    assert len(results["runs"]) == len(study.methods) and results["summary"]
+    table = (tmp_path / "table.md").read_text()
+    assert "The leaderboard records step failed (" in table and "- GRPO:" not in table
+
+
+def test_finish_results_reports_finished_runs_with_their_verdicts(tmp_path):
+    from stratagym.studies.runner import finish_results
+
+    res = _results({t: 0.2 for t in TASKS}, {t: 0.5 for t in TASKS})
+    res["study"].update(name="mine", eval_splits={"other": {}}, compare_to=[], extra_metrics=[])
+    finish_results(res, tmp_path)
+    saved = __import__("json").loads((tmp_path / "results.json").read_text())
+    assert [v["verdict"] for v in saved["verdicts"]] == ["reproduced"] and saved["summary"][1]["method"] == "HGPO K=2"
+    assert "| HGPO K=2 > GiGPO | success/other |" in (tmp_path / "table.md").read_text()
