@@ -99,3 +99,45 @@ def test_corridor_adapter_keeps_the_format_and_reproduces_its_greedy_doors(smoll
     got = {(e["task_id"], e["seed"]): (e["extra"]["best_doors"], round(e["total_reward"], 4)) for e in record["episodes"]}
     assert got == CORRIDOR_EXPECTED
     assert record["metrics"]["valid_ratio"]["value"] == 1.0 and all(e["turns"] == 12 for e in record["episodes"])
+
+
+# ---- the WebShop adapter: SmolLM2 cloned from the instruction-only expert (issue 48 item 2) ------------------------
+
+WEBSHOP_ADAPTER = REPO / "data" / "checkpoints" / "sft-smollm2-lora-webshop"
+# goal -> (search, product, score, failure label), greedy, bf16, from the 100-goal evaluation this adapter was
+# committed with (docs/llm-learning.md, "WebShop"): the first test goal loops on two option clicks to the turn
+# limit, the second is bought exactly. The eval ran 50 goals a batch, this test 2: in bf16 the order of the loop's
+# near-tied clicks (coconut / 16 fl oz) changes with the batch's padding (measured), so the pin stops at the
+# choices that are not near ties and at the outcome.
+WEBSHOP_EXPECTED: dict[str, tuple[str, str, float, str]] = {
+    "webshop-0": ("search[shampoo that is volumizing and sulfate free with scent lavender]", "click[b0wu9tahea]", 0.0, "loop"),
+    "webshop-1": ("search[face serum that is oil free, and price lower than 70.00 dollars]", "click[b0i0rd7eqx]", 1.0, "won"),
+}
+
+
+def test_webshop_adapter_names_its_recipe_and_generates_long_enough_replies():
+    meta = json.loads((WEBSHOP_ADAPTER / "sft_meta.json").read_text())
+    assert meta["recipe"]["demos"] == {**meta["recipe"]["demos"], "agent": "scripted:expert", "split": "train", "n": 90}
+    assert meta["demos"]["episodes"] == 80 and meta["examples"] == 315
+    policy = json.loads((WEBSHOP_ADAPTER / "stratagym_policy.json").read_text())
+    # the longest demonstrated reply is 65 tokens: 64 cut search turns before </action> (docs/llm-learning.md)
+    assert policy["memory_k"] == 1 and policy["max_new_tokens"] == 128 and policy["dtype"] == "bfloat16"
+
+
+@pytest.mark.slow
+def test_webshop_adapter_reproduces_its_greedy_purchases(smollm2_model, tmp_path, monkeypatch):
+    from stratagym.eval.failures import classify_episode
+    from stratagym.eval.harness import EvalConfig, evaluate
+    from stratagym.eval.transcripts import read_transcripts
+
+    monkeypatch.setenv("STRATAGYM_CPU_BF16", "1")  # its recorded dtype, also on a CPU without a bf16 unit (slower)
+    adapter = adapter_on_base(WEBSHOP_ADAPTER, smollm2_model, tmp_path)
+    out = tmp_path / "webshop.json"
+    record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/WebShop-v0", split="test", n=len(WEBSHOP_EXPECTED),
+                                 batch_size=len(WEBSHOP_EXPECTED)), out=out, progress=False)
+    _, transcripts = read_transcripts(str(out) + ".progress.jsonl")
+    outcomes = {e["task_id"]: e for e in record["episodes"]}
+    got = {task: (t["steps"][0]["action"], t["steps"][1]["action"], round(outcomes[task]["total_reward"], 4),
+                  classify_episode(outcomes[task], t)) for (_, task), t in transcripts.items()}
+    assert got == WEBSHOP_EXPECTED
+    assert record["agent"]["dtype"] == "bfloat16"
