@@ -24,6 +24,7 @@ import numpy as np
 
 from stratagym.envs.core import EpisodeKey, EpisodeRngs
 from stratagym.envs.webshop.reward import normalize_color, token_set_ratio
+from stratagym.envs.webshop.site import BACK_TO_SEARCH, END_BUTTON, NEXT_PAGE, PREV_PAGE, SUB_PAGES
 
 __all__ = ["OracleAgent", "InstructionExpert", "RandomShopper", "instruction_query"]
 
@@ -37,8 +38,7 @@ _PRICE = re.compile(r"\$([\d,]+(?:\.\d+)?)")
 _FILLER = frozenset("a an and the that is in with for of to size color colour scent style i need want buy am looking "
                     "find me would like price lower than dollars".split())
 #: the item page's buttons (everything else clickable there is an option value)
-_ITEM_BUTTONS = frozenset({"click[back to search]", "click[< prev]", "click[next >]", "click[description]",
-                           "click[features]", "click[reviews]", "click[attributes]", "click[buy now]"})
+_ITEM_BUTTONS = frozenset(f"click[{b.lower()}]" for b in (BACK_TO_SEARCH, PREV_PAGE, NEXT_PAGE, END_BUTTON, *SUB_PAGES))
 
 
 class OracleAgent:
