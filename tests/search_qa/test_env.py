@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -272,3 +274,45 @@ def test_a_subclass_that_overrides_a_layer_is_heard():
     e = Quiet(split="test", retriever=_shared_env().retriever)
     e.reset(seed=0)
     assert e.step("<search> Kubae </search>")[4]["quiet"] is True
+
+
+def test_hops_keeps_only_questions_with_those_hop_counts():
+    """The hop curriculum (issue 48 item 8): ``hops`` filters the split by ``metadata.hops``, in order."""
+    from stratagym.envs.search_qa.data import load_qa
+
+    every = load_qa("bundled", "train")
+    three = [ex.id for ex in every if ex.hops == 3]
+    e = gym.make(ENV_ID, split="train", hops=3).unwrapped
+    assert list(e.task_ids()) == three and 0 < len(three) < len(every)
+    obs, info = e.reset(seed=0)
+    assert info["hops"] == 3
+    e.close()
+    e = gym.make(ENV_ID, split="train", hops=[2, "1"]).unwrapped
+    assert list(e.task_ids()) == [ex.id for ex in every if ex.hops in (1, 2)]
+    e.close()
+
+
+@pytest.mark.parametrize("hops, fix", [(0, "hop count >= 1"), ([], "hop count >= 1"), ("three", "hop count >= 1"),
+                                       (True, "hop count >= 1"), (9, "its questions have [1, 2, 3]")])
+def test_bad_hops_is_a_config_error_that_names_the_fix(hops, fix):
+    with pytest.raises(ConfigError, match=re.escape(fix)):
+        gym.make(ENV_ID, split="train", hops=hops)
+
+
+def test_hops_on_a_dataset_without_hop_counts_is_refused(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"id": "q1", "question": "Who?", "golden_answers": ["Ann"]}\n')
+    with pytest.raises(ConfigError, match="drop the hops option"):
+        gym.make(ENV_ID, dataset=str(tmp_path), split="train", hops=2)
+
+
+def test_hops_leaves_the_protocol_fingerprint_to_the_task_list():
+    """``hops`` is neutral like ``split``: unfiltered records keep their fingerprints, and a filtered one
+    differs through its ``tasks`` field (count and hash of the task ids)."""
+    from stratagym.envs.fingerprint import resolved_task_kwargs, tasks_hash
+    from stratagym.envs.registry import get_spec
+
+    spec = get_spec(ENV_ID)
+    assert resolved_task_kwargs(spec, {"topk": 1}) == resolved_task_kwargs(spec, {"topk": 1, "hops": 3})
+    e = gym.make(ENV_ID, split="train", hops=3).unwrapped
+    assert tasks_hash(e.task_ids()) != tasks_hash(gym.make(ENV_ID, split="train").unwrapped.task_ids())
+    e.close()

@@ -26,7 +26,9 @@ ENV_SPECS = [
         # the protocol fingerprint (docs/protocol.md): bump behaviour_version with every change to what
         # the env does; paths are compared by the content protocol_data() hashes
         behaviour_version=1,
-        neutral_kwargs=("retrieval_timeout", "retrieval_retries"),
+        # ``hops`` selects questions, as ``split`` does: the record's ``tasks`` field (count and hash of the
+        # task ids) carries which were measured, so old records keep their fingerprints
+        neutral_kwargs=("retrieval_timeout", "retrieval_retries", "hops"),
         data_kwargs=("dataset", "corpus", "index", "retrieval_urls", "dense_model"),
         reward="exact_match (stratagym.metrics.exact_match, Search-R1's normalisation)",
         board_columns=("f1", "search_count", "em/no_overlap"),

@@ -54,6 +54,31 @@ _INVALID_HASH = stable_hash(INVALID_ACTION_MESSAGE)
 _CONTENTS = attrgetter("contents")  # a hit's passage text, read in C
 
 
+def _hop_set(hops: int | Sequence[int]) -> tuple[int, ...]:
+    """``hops`` as a sorted tuple of positive ints; a ConfigError names the expected form."""
+    values = [hops] if isinstance(hops, (int, str)) else list(hops)
+    try:
+        out = tuple(sorted({int(h) for h in values}))
+    except (TypeError, ValueError):
+        out = ()
+    if not out or any(h < 1 for h in out) or any(isinstance(h, bool) for h in values):
+        raise ConfigError(f"hops must be a hop count >= 1 or a list of them (e.g. 3 or [2, 3]), got {hops!r}")
+    return out
+
+
+def _with_hops(examples: Sequence[QAExample], hops: tuple[int, ...], where: str) -> list[QAExample]:
+    """The examples whose ``metadata.hops`` is in ``hops``; refused where a question has no hop count."""
+    missing = sum(ex.hops is None for ex in examples)
+    if missing:
+        raise ConfigError(f"hops={list(hops)} filters questions by their metadata.hops, but {missing} of the "
+                          f"{len(examples)} questions in {where} have none; drop the hops option for this dataset")
+    kept = [ex for ex in examples if ex.hops in hops]
+    if not kept:
+        found = sorted({ex.hops for ex in examples})
+        raise ConfigError(f"no question in {where} has hops in {list(hops)}; its questions have {found}")
+    return kept
+
+
 class SearchQAEnv(TextEnv):
     """Retrieval QA over a passage corpus (default: the bundled invented-world benchmark with bm25s).
 
@@ -66,6 +91,8 @@ class SearchQAEnv(TextEnv):
     * ``corpus`` / ``index`` -- the passages (default bundled) and a prebuilt index directory;
     * ``retrieval_urls`` -- Search-R1-compatible servers (round robin, retries with backoff);
     * ``dense_model`` / ``faiss_kind`` -- encoder path and ``flat`` / ``ivf`` / ``hnsw`` for the dense backend;
+    * ``hops`` (``None``: every question) -- keep only questions with these hop counts (an int or a list),
+      from the examples' ``metadata.hops``: a curriculum over hops trains on the longest chains alone;
     * ``topk`` (3), ``max_turns`` (4 search rounds + 1 final turn, Search-R1's meaning), ``context_k`` (4);
     * ``max_query_chars`` (``None``: no limit, as Search-R1) -- longer queries become invalid turns;
     * ``accept_unclosed_tags`` (``False``, as Search-R1) -- treat a turn that ends inside an unclosed
@@ -107,6 +134,7 @@ class SearchQAEnv(TextEnv):
         max_action_chars: int | None = None,
         protocol: str = "tags",
         tool_parser: str = "hermes",
+        hops: int | Sequence[int] | None = None,
     ):
         if int(max_turns) < 0:
             raise ConfigError(f"max_turns (search rounds) must be >= 0, got {max_turns}")
@@ -125,6 +153,9 @@ class SearchQAEnv(TextEnv):
         self.accept_unclosed_tags = bool(accept_unclosed_tags)
         self.prompt_template = prompt_template
         self._examples = load_qa(dataset, split)
+        self.hops = None if hops is None else _hop_set(hops)
+        if self.hops is not None:
+            self._examples = _with_hops(self._examples, self.hops, f"{dataset!s} {split}")
         self._by_id = {ex.id: ex for ex in self._examples}
         self._ids = tuple(ex.id for ex in self._examples)
         if corpus is None and self.dataset == "bundled" and bundled_corpus(self.split) != BUNDLED_CORPUS:
