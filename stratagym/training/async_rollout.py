@@ -55,6 +55,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from stratagym.errors import ConfigError
+from stratagym.training.recipe import build_policy, seed_everything
 from stratagym.training.rollout import InProcessPool, RolloutBatch, RolloutCollector
 
 __all__ = ["AsyncRollouts", "RolloutWorker", "Job", "merge_async_extras"]
@@ -66,8 +67,6 @@ class RolloutWorker:
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any], policy_spec: dict[str, Any], group_size: int,
                  max_turns: int, seed: int, niceness: Optional[int] = None):
-        from stratagym.training.trainer import build_policy, seed_everything
-
         if niceness is not None:  # Ray starts workers at nice 15; any nice-0 process would starve them
             try:
                 os.setpriority(os.PRIO_PROCESS, 0, niceness)

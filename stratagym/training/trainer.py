@@ -19,7 +19,9 @@ One loop for every algorithm and every policy that follows :class:`stratagym.age
 
 This module holds the loop (init, rollout, step, evaluate, save/resume); the update (from "shape
 rewards" to the optimizer step) is :class:`~stratagym.training.update.TrainerUpdate`, the Trainer's
-base class, and the multi-process rules both use are in :mod:`stratagym.training.distributed`.
+base class, and the multi-process rules both use are in :mod:`stratagym.training.distributed`. What a
+recipe builds (the policy, the seeds) and its checks against the env are in
+:mod:`stratagym.training.recipe`; the metrics log is :mod:`stratagym.training.metrics_log`.
 
 Distributed: ``accelerate launch`` starts one process per GPU; each samples its own shard of tasks,
 gradients are averaged by the accelerate-prepared model (DDP/FSDP/DeepSpeed). The reference policy is
@@ -41,9 +43,7 @@ extra greedy episode per task, whose shaped return is the baseline of that task'
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -52,7 +52,6 @@ import numpy as np
 import torch
 
 from stratagym.training.checkpoint import (
-    atomic_write_text,
     latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
@@ -69,122 +68,19 @@ from stratagym.algorithms.registry import get_estimator, get_policy_loss
 from stratagym.training.rollout import (
     RolloutBatch,
     RolloutCollector,
-    env_metadata_keys,
     make_pool,
     shape_rewards,
 )
 from stratagym.errors import ConfigError
-from stratagym.jsonl import read_jsonl
+from stratagym.training.metrics_log import MetricsLog
+from stratagym.training.recipe import (  # noqa: F401  (build_policy, seed_everything: re-exported)
+    build_policy,
+    check_estimator_metadata,
+    refuse_eval_split,
+    seed_everything,
+)
 
 __all__ = ["Trainer", "build_policy", "seed_everything", "check_estimator_metadata"]
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
-def build_policy(spec: dict[str, Any]) -> Any:
-    """A policy from a recipe's ``policy:`` mapping: ``class: "module:Class"`` builds that class
-    (``Class.from_config(options)`` if it has one, else ``Class(**options)``); otherwise an
-    :class:`~stratagym.agents.llm.LLMPolicy` from :class:`~stratagym.agents.llm.LLMConfig` options."""
-    spec = dict(spec)
-    cls_path = spec.pop("class", None)
-    if cls_path:
-        from stratagym.envs.registry import load_object
-
-        try:
-            cls = load_object(cls_path)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigError(f"policy.class {cls_path!r} cannot be imported: {exc}") from exc
-        return cls.from_config(spec) if hasattr(cls, "from_config") else cls(**spec)
-    from stratagym.agents.llm import LLMConfig, LLMPolicy
-
-    return LLMPolicy.from_config(LLMConfig.from_dict(spec))
-
-
-def refuse_eval_split(env_kwargs: dict[str, Any]) -> None:
-    """RL tasks must not come from an evaluation split (``test``, ``test_unseen``, ``valid``, ...): a
-    policy trained on them is then measured on what it was trained on, as demonstrations drawn from them
-    are refused (:func:`stratagym.training.demos.check_train_split`)."""
-    from stratagym.training.demos import EVAL_SPLIT_NAMES
-
-    split = (env_kwargs or {}).get("split")
-    if split is not None and str(split).lower() in EVAL_SPLIT_NAMES:
-        raise ConfigError(
-            f"env.kwargs.split is {split!r}, an evaluation split: RL on its tasks would be measured on what it "
-            "trained on. Train on a train split (env.kwargs.split: train) and evaluate there with env.eval_kwargs."
-        )
-
-
-def check_estimator_metadata(estimator: Any, env_id: str, observed_info: Optional[dict[str, Any]] = None) -> None:
-    """Refuse an estimator whose required env metadata ``env_id`` does not provide."""
-    provided = env_metadata_keys(env_id, observed_info)
-    missing = sorted(set(estimator.requires) - provided)
-    if missing:
-        raise ConfigError(
-            f"estimator {estimator.name!r} needs env metadata {missing}, but {env_id!r} provides only "
-            f"{sorted(provided)}. Pick an estimator whose needs the env meets (grpo, rloo and dr_grpo need "
-            f"none), or declare the keys in the env's EnvSpec.metadata_keys if it really fills them."
-        )
-
-
-class _MetricsLog:
-    """metrics.jsonl (+ TensorBoard, + W&B when installed and enabled), on the main process only."""
-
-    def __init__(self, output_dir: Path, *, enabled: bool, tensorboard: bool, wandb: bool, project: str,
-                 run_name: str, config: dict[str, Any]):
-        self.path = output_dir / "metrics.jsonl"
-        self.enabled = enabled
-        self.tb = None
-        self.wandb = None
-        if not enabled:
-            return
-        output_dir.mkdir(parents=True, exist_ok=True)
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
-            except Exception:  # tensorboard not installed: JSONL still works
-                self.tb = None
-        if wandb:
-            try:
-                import wandb as wb
-
-                self.wandb = wb.init(project=project, name=run_name, config=config, resume="allow")
-            except Exception:
-                self.wandb = None
-
-    def truncate_after(self, step: int) -> None:
-        """Drop rows of steps after ``step`` (they were lost with the process and will be redone)."""
-        if not self.enabled or not self.path.exists():
-            return
-        # a row torn by a kill mid-write is skipped: it belongs to a step that is redone
-        keep = [line.text for line in read_jsonl(self.path, skip_bad=True) if line.value.get("step", 0) <= step]
-        atomic_write_text(self.path, "".join(k + "\n" for k in keep))
-
-    def log(self, row: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        with open(self.path, "a") as fh:
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
-            fh.flush()
-        step = int(row.get("step", 0))
-        if self.tb is not None:
-            for k, v in row.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
-                    self.tb.add_scalar(k, v, step)
-            self.tb.flush()
-        if self.wandb is not None:
-            self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-        if self.wandb is not None:
-            self.wandb.finish()
 
 
 def _lr_lambda(kind: str, warmup: int, total: int) -> Callable[[int], float]:
@@ -273,8 +169,8 @@ class Trainer(TrainerUpdate):
             (res,) = self.collector.pool.reset([(0, 0, {"task_id": self._task_ids[0]})])
             observed = res[1] if isinstance(res, tuple) else None
         check_estimator_metadata(self.estimator, config.env.id, observed)
-        self.log = _MetricsLog(self.output_dir, enabled=self.accelerator.is_main_process, tensorboard=tc.tensorboard,
-                               wandb=tc.wandb, project=tc.wandb_project, run_name=config.name, config=config.to_dict())
+        self.log = MetricsLog(self.output_dir, enabled=self.accelerator.is_main_process, tensorboard=tc.tensorboard,
+                              wandb=tc.wandb, project=tc.wandb_project, run_name=config.name, config=config.to_dict())
         end_process_group_at_exit(self.accelerator, self)  # built: its DDP wrappers are dropped at exit
 
     # ---- setup ---------------------------------------------------------------------------------------
