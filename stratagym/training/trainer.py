@@ -51,6 +51,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from stratagym.agents.policy import unwrap_model
+from stratagym.training.async_rollout import AsyncRollouts, merge_async_extras
 from stratagym.training.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -71,6 +73,7 @@ from stratagym.training.rollout import (
     make_pool,
     shape_rewards,
 )
+from stratagym.training.rollout.dynamic import collect_informative
 from stratagym.errors import ConfigError
 from stratagym.training.metrics_log import MetricsLog
 from stratagym.training.recipe import (  # noqa: F401  (build_policy, seed_everything: re-exported)
@@ -151,10 +154,17 @@ class Trainer(TrainerUpdate):
         self.collector = RolloutCollector(config.env.id, self.policy, group_size=config.rollout.group_size,
                                           pool=pool, max_turns=config.rollout.max_turns)
         self._eval_collector: Optional[RolloutCollector] = None
-        self._async: Any = None  # rollout.mode: async's actors (started by the first rollout)
-        if config.rollout.mode == "async" and self.accelerator.num_processes > 1:
-            raise ConfigError("rollout.mode: async runs in one learner process; launch without accelerate's "
-                              "multi-process mode, or use rollout.mode: sync")
+        # the rollout source, chosen once: this process's collector, or rollout.mode: async's Ray actors
+        # (started by the first rollout), whose figures of the several jobs one filtered step draws merge
+        # into one row (a sync draw has none to merge)
+        self._async: Optional[AsyncRollouts] = None
+        if config.rollout.mode == "async":
+            if self.accelerator.num_processes > 1:
+                raise ConfigError("rollout.mode: async runs in one learner process; launch without accelerate's "
+                                  "multi-process mode, or use rollout.mode: sync")
+            self._sample, self._merge_extras = self._sample_async, merge_async_extras
+        else:
+            self._sample, self._merge_extras = self._sample_sync, _no_extras
         all_ids = self.collector.task_ids()
         self._task_ids = all_ids[config.env.task_slice()]
         if not self._task_ids:
@@ -230,8 +240,6 @@ class Trainer(TrainerUpdate):
             return False
         data = load_checkpoint(ckpt)
         loaded = type(self.policy).from_pretrained(str(data["policy_dir"]))
-        from stratagym.agents.policy import unwrap_model
-
         # copy the weights into the prepared model in place (the optimizer holds its parameters). A saved
         # policy lacks only frozen weights the run added itself (a LoRA policy's frozen reference adapter);
         # every trainable weight must come back
@@ -286,42 +294,34 @@ class Trainer(TrainerUpdate):
         sl = slice(r * n_local, (r + 1) * n_local)
         return [ids[i] for i in idx[sl]], [int(s) for s in seeds[sl]]
 
-    def _async_rollouts(self) -> Any:
-        """The rollout actors of ``rollout.mode: async`` (:mod:`stratagym.training.async_rollout`),
-        started on first use; they publish the learner's weights of each version once."""
-        if self._async is None:
-            from stratagym.agents.policy import unwrap_model
-            from stratagym.training.async_rollout import AsyncRollouts
+    def _sample_sync(self) -> RolloutBatch:
+        """One step's groups from this process's collector (``rollout.mode: sync``)."""
+        return self.collector.collect(*self._sample_tasks(), baseline=self._play_baseline)
 
+    def _sample_async(self) -> RolloutBatch:
+        """One step's groups from the rollout actors of ``rollout.mode: async``
+        (:mod:`stratagym.training.async_rollout`), started on first use; they publish the learner's
+        weights of each version once. The policy version is the step count."""
+        if self._async is None:
             rc = self.config.rollout
             self._async = AsyncRollouts(
                 env_id=self.config.env.id, env_kwargs=self.config.env.kwargs, policy_spec=self._policy_spec,
                 group_size=rc.group_size, max_turns=rc.max_turns, num_workers=rc.async_workers,
                 max_staleness=rc.max_staleness, seed=self.config.train.seed, address=rc.ray_address,
                 state_dict=lambda: unwrap_model(self.policy.model).state_dict())
-        return self._async
+        return self._async.next_batch(self.step, self._sample_tasks, baseline=self._play_baseline)
 
     def rollout(self) -> RolloutBatch:
         self.policy.eval()
         rc = self.config.rollout
-        is_async = rc.mode == "async"
-
-        def sample() -> RolloutBatch:
-            if is_async:  # the policy version is the step count
-                return self._async_rollouts().next_batch(self.step, self._sample_tasks, baseline=self._play_baseline)
-            return self.collector.collect(*self._sample_tasks(), baseline=self._play_baseline)
-
         if not rc.filter_groups:
-            return sample()
-        from stratagym.training.rollout.dynamic import collect_informative
-
+            return self._sample()
         alg = self.config.algorithm
-        async_extras: list[dict[str, Any]] = []
+        extras: list[dict[str, Any]] = []
 
         def draw() -> RolloutBatch:  # one group rollout, shaped as update() will shape it
-            b = sample()
-            if is_async:
-                async_extras.append(dict(b.extra))
+            b = self._sample()
+            extras.append(dict(b.extra))
             shape_rewards(b, invalid_action_penalty=alg.invalid_action_penalty, format_reward=alg.format_reward,
                           reward_scale=alg.reward_scale)
             return b
@@ -332,10 +332,7 @@ class Trainer(TrainerUpdate):
         acc = self.accelerator  # several processes decide rounds and kept groups on the global counts
         batch = collect_informative(draw, rc.tasks_per_step * acc.num_processes, max_rounds=rc.max_filter_rounds,
                                     gather=gather_counts if acc.num_processes > 1 else None, rank=acc.process_index)
-        if async_extras:  # several jobs fed this step: one row of async figures for all of them
-            from stratagym.training.async_rollout import merge_async_extras
-
-            batch.extra.update(merge_async_extras(async_extras))
+        batch.extra.update(self._merge_extras(extras))  # several draws fed this step: one row of their figures
         return batch
 
     def train_step(self) -> dict[str, Any]:
@@ -426,8 +423,6 @@ class Trainer(TrainerUpdate):
         models stay usable, unwrapped, for a single-process pass; another update step is not meant to
         follow. The exit hook calls this on every live multi-process trainer.
         """
-        from stratagym.agents.policy import unwrap_model
-
         for owner in (self.policy, self.critic):
             if owner is not None and isinstance(getattr(owner, "model", None), torch.nn.Module):
                 owner.model = unwrap_model(owner.model)
@@ -444,6 +439,11 @@ class Trainer(TrainerUpdate):
             self._async.close()
             self._async = None
         self.log.close()
+
+
+def _no_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:
+    """A synchronous step's draws carry no figures to merge (their timings are summed by the filter)."""
+    return {}
 
 
 def _adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
