@@ -23,7 +23,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import yaml
 
@@ -39,6 +39,7 @@ __all__ = [
     "CriticConfig",
     "TrainConfig",
     "RecipeConfig",
+    "BuiltAlgorithm",
     "load_recipe",
     "build_dataclass",
     "read_yaml_mapping",
@@ -251,6 +252,14 @@ class TrainConfig:
     retain_heap: bool = False
 
 
+class BuiltAlgorithm(NamedTuple):
+    """What :meth:`RecipeConfig.validate_and_build` built: the advantage estimator and the policy loss
+    (:class:`~stratagym.algorithms.registry.PolicyLoss`)."""
+
+    estimator: Any
+    loss_fn: Any
+
+
 @dataclass
 class RecipeConfig:
     """A whole training run. ``policy`` is an :class:`~stratagym.agents.llm.LLMConfig` mapping, or a
@@ -269,6 +278,14 @@ class RecipeConfig:
 
     # ---- validation -------------------------------------------------------------------------------
     def validate(self) -> "RecipeConfig":
+        """Check every section; a :class:`ConfigError` names the bad key and how to fix it. Returns the recipe."""
+        self.validate_and_build()
+        return self
+
+    def validate_and_build(self) -> "BuiltAlgorithm":
+        """:meth:`validate`, returning the estimator and the policy loss it built to check the
+        ``algorithm`` and ``loss`` sections: the trainer trains with these, so neither is built twice. The
+        estimator is a new one on every call (it may hold state, e.g. HA-DW's difficulty anchors)."""
         from stratagym.algorithms.losses import AGG_MODES, KL_TYPES
         from stratagym.algorithms.registry import get_estimator, get_policy_loss
 
@@ -298,7 +315,7 @@ class RecipeConfig:
         if self.rollout.workers not in ("inprocess", "subprocess", "ray"):
             raise ConfigError(f"rollout.workers must be inprocess, subprocess or ray, got {self.rollout.workers!r}")
         try:
-            get_estimator(self.algorithm.estimator, **dict(self.algorithm.estimator_kwargs))
+            estimator = get_estimator(self.algorithm.estimator, **dict(self.algorithm.estimator_kwargs))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"algorithm.estimator / estimator_kwargs: {exc}") from exc
         if self.loss.agg not in AGG_MODES:
@@ -309,7 +326,9 @@ class RecipeConfig:
             raise ConfigError(f"loss.ratio_level must be token or sequence (GSPO), got {self.loss.ratio_level!r}")
         if self.loss.ratio_level == "sequence" and self.loss.name not in ("vanilla", "gspo"):
             raise ConfigError(f"loss.ratio_level: sequence is GSPO; it does not combine with loss.name {self.loss.name!r}")
-        get_policy_loss(self.loss.loss_name(), **self.loss.loss_options())  # ConfigError naming the valid ones
+        # looked up and validated once (its options, and what the update needs to know of it: ``per_sequence``,
+        # ``ratio``); each micro-batch calls it, never a name. A ConfigError names the valid ones
+        loss_fn = get_policy_loss(self.loss.loss_name(), **self.loss.loss_options())
         if self.loss.clip_c is not None and self.loss.clip_c <= 1:
             raise ConfigError(f"loss.clip_c (dual clip) must be > 1, got {self.loss.clip_c}")
         self.loss.off_policy.correction()  # ConfigError naming the bad loss.off_policy key
@@ -335,7 +354,7 @@ class RecipeConfig:
         if self.train.mixed_precision not in ("no", "bf16", "fp16"):
             raise ConfigError(f"train.mixed_precision must be no, bf16 or fp16, got {self.train.mixed_precision!r}")
         check_output_dir("train.output_dir", self.train.output_dir)
-        return self
+        return BuiltAlgorithm(estimator, loss_fn)
 
     def _validate_async(self) -> None:
         """``rollout.mode`` / ``max_staleness`` / ``async_workers``."""

@@ -66,7 +66,6 @@ from stratagym.training.distributed import (  # noqa: F401  (estimate_advantages
     share_batch_statistics,
 )
 from stratagym.training.update import TrainerUpdate, UpdateData  # noqa: F401  (UpdateData: re-exported)
-from stratagym.algorithms.registry import get_estimator, get_policy_loss
 from stratagym.training.rollout import (
     RolloutBatch,
     RolloutCollector,
@@ -109,7 +108,7 @@ class Trainer(TrainerUpdate):
     def __init__(self, config: RecipeConfig, policy: Any = None, *, accelerator: Any = None):
         from accelerate import Accelerator
 
-        config.validate()
+        built = config.validate_and_build()  # the estimator and loss it checked are the ones trained with
         refuse_eval_split(config.env.kwargs)
         self.config = config
         tc = config.train
@@ -133,10 +132,10 @@ class Trainer(TrainerUpdate):
             check_policy_for_env(self.policy, config.env.id)
         if hasattr(self.policy, "use_master_weights"):  # fp32 weights for what trains (docs/training.md, Precision)
             self.policy.use_master_weights(tc.mixed_precision)
-        self.estimator = get_estimator(config.algorithm.estimator, **dict(config.algorithm.estimator_kwargs))
-        #: the policy loss, looked up and validated once (its options, and what the update needs to know
-        #: of it: ``per_sequence``, ``ratio``); each micro-batch calls it, never a name
-        self.loss_fn = get_policy_loss(config.loss.loss_name(), **config.loss.loss_options())
+        self.estimator = built.estimator
+        #: the policy loss (:class:`~stratagym.algorithms.registry.PolicyLoss`), validated with the recipe:
+        #: each micro-batch calls it, never a name
+        self.loss_fn = built.loss_fn
         share_batch_statistics(self.estimator, self.accelerator)
         self.reference = self.policy.frozen_copy() if config.loss.kl_coef > 0 else None
         self.rng = np.random.default_rng(tc.seed)
