@@ -154,9 +154,13 @@ class LossConfig:
     ``name``: a registered policy loss (``vanilla``, ``gspo``, ``cispo``, ``sapo``, ``geo_mean``,
     ``gpg``, ``clip_cov``, ``kl_cov``, ``dppo_tv``, ``dppo_kl``; ``list_policy_losses()``);
     ``options``: its own options (e.g. ``{tau_neg: 1.1}`` for ``sapo``).  ``clip_low`` /
-    ``clip_high`` / ``clip_c`` go to the losses that declare them; ``ratio_level: sequence`` is the
-    older spelling of ``name: gspo``.  The rest are shared by every loss; ``off_policy`` is the
-    importance correction of stale or mismatched samples (:class:`OffPolicyConfig`)."""
+    ``clip_high`` / ``clip_c`` go to the losses that declare them.  The rest are shared by every loss;
+    ``off_policy`` is the importance correction of stale or mismatched samples (:class:`OffPolicyConfig`).
+
+    Whether the importance ratio is per token or per sequence is the loss's own (its registry entry's
+    ``ratio``: ``gspo`` is the sequence-level one). ``ratio_level`` is no option: its only value is
+    ``token``, kept so that the recipe written into checkpoints and result records stays as it was;
+    ``ratio_level: sequence``, the older spelling of ``name: gspo``, is refused with that fix."""
 
     name: str = "vanilla"
     options: dict[str, Any] = field(default_factory=dict)
@@ -172,16 +176,13 @@ class LossConfig:
     entropy_coef: float = 0.0
     off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
 
-    def loss_name(self) -> str:
-        return "gspo" if self.ratio_level == "sequence" else self.name
-
     def loss_options(self) -> dict[str, Any]:
         """The chosen loss's options: the clip fields it declares, then ``options``."""
         from stratagym.algorithms.registry import get_policy_loss
 
-        declared = get_policy_loss(self.loss_name()).defaults
+        declared = get_policy_loss(self.name).defaults
         if self.clip_c is not None and "clip_c" not in declared:
-            raise ConfigError(f"loss.clip_c is not an option of loss {self.loss_name()!r}; "
+            raise ConfigError(f"loss.clip_c is not an option of loss {self.name!r}; "
                               f"its options: {sorted(declared)}")
         clip = {k: getattr(self, k) for k in ("clip_low", "clip_high", "clip_c") if k in declared}
         if self.clip_c is None:
@@ -322,13 +323,15 @@ class RecipeConfig:
             raise ConfigError(f"loss.agg must be one of {AGG_MODES}, got {self.loss.agg!r}")
         if self.loss.kl_type not in KL_TYPES:
             raise ConfigError(f"loss.kl_type must be one of {sorted(KL_TYPES)}, got {self.loss.kl_type!r}")
-        if self.loss.ratio_level not in ("token", "sequence"):
-            raise ConfigError(f"loss.ratio_level must be token or sequence (GSPO), got {self.loss.ratio_level!r}")
-        if self.loss.ratio_level == "sequence" and self.loss.name not in ("vanilla", "gspo"):
-            raise ConfigError(f"loss.ratio_level: sequence is GSPO; it does not combine with loss.name {self.loss.name!r}")
+        if self.loss.ratio_level == "sequence":
+            raise ConfigError("loss.ratio_level: sequence, the older spelling of GSPO, is no longer read: write "
+                              "loss: {name: gspo} and drop ratio_level (a loss's ratio level is its own)")
+        if self.loss.ratio_level != "token":
+            raise ConfigError(f"loss.ratio_level must be token or left out, got {self.loss.ratio_level!r}: a loss's "
+                              "ratio level is its own (loss: {name: gspo} is the sequence-level ratio)")
         # looked up and validated once (its options, and what the update needs to know of it: ``per_sequence``,
         # ``ratio``); each micro-batch calls it, never a name. A ConfigError names the valid ones
-        loss_fn = get_policy_loss(self.loss.loss_name(), **self.loss.loss_options())
+        loss_fn = get_policy_loss(self.loss.name, **self.loss.loss_options())
         if self.loss.clip_c is not None and self.loss.clip_c <= 1:
             raise ConfigError(f"loss.clip_c (dual clip) must be > 1, got {self.loss.clip_c}")
         self.loss.off_policy.correction()  # ConfigError naming the bad loss.off_policy key

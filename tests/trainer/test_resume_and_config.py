@@ -56,6 +56,9 @@ def test_bundled_sft_recipes_validate(path):
         ({"env": {"id": "stratagym/SearchQA-v0", "tasks": "1500"}}, r"env.tasks must be a slice 'start:stop'"),
         ({"env": {"id": "stratagym/SearchQA-v0", "tasks": "a:b"}}, r"env.tasks must be a slice"),
         ({"surprise": 1}, r"unknown key\(s\) \['surprise'\] in recipe"),
+        # the older spelling of GSPO is refused, naming the registry's loss that replaces it
+        ({"loss": {"ratio_level": "sequence"}}, r"ratio_level: sequence.*loss: \{name: gspo\}"),
+        ({"loss": {"ratio_level": "seq"}}, r"loss.ratio_level must be token or left out"),
     ],
 )
 def test_bad_config_fails_early_with_a_fix(tmp_path, patch, message):
