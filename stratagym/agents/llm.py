@@ -46,6 +46,7 @@ from stratagym.agents.backends import HFGenerator, OpenAIGenerator, SamplingConf
 from stratagym.agents.policy import (
     Generation,
     GenerationRequest,
+    Policy,
     SequenceLogProbs,
     unwrap_model,
 )
@@ -208,8 +209,9 @@ def _adapter_base_mismatch(tokenizer: Any, base: torch.nn.Module, base_path: str
     return None
 
 
-class LLMPolicy:
-    """A transformers causal LM acting in text envs (see the module docstring)."""
+class LLMPolicy(Policy):
+    """A transformers causal LM acting in text envs (see the module docstring). It subclasses the
+    :class:`~stratagym.agents.policy.Policy` protocol for its hooks, and overrides every one."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, config: LLMConfig):
         config.validate()

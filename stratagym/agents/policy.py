@@ -35,6 +35,15 @@ pass *through* ``self.model`` (so gradient synchronisation hooks fire), while ``
 
 Randomness: ``generate`` samples with torch's global generator (or its own seeded one); the trainer
 seeds torch/numpy/python and checkpoints their states, which makes CPU runs resumable bit for bit.
+
+Optional hooks. Beyond the above, :class:`Policy` declares what a policy *may* do, each with a default
+that does nothing: its ``tokenizer`` and ``compute_dtype``, the vLLM engine's ``weight_sync_seconds``,
+``use_master_weights`` before training, ``prompt_reuse_stats`` of a prefix cache,
+``release_generation_cache`` when a rollout ends, ``after_optimizer_step``, and ``close``. A policy class
+that subclasses :class:`Policy` inherits the defaults and overrides what it needs (:class:`LLMPolicy
+<stratagym.agents.llm.LLMPolicy>` does). One that only follows the protocol's shape need not define
+them: the trainer reaches the hooks through :func:`policy_hooks`, which supplies the defaults such a
+policy lacks, so policies written before the hooks were declared keep working unchanged.
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ __all__ = [
     "Generation",
     "SequenceLogProbs",
     "Policy",
+    "OPTIONAL_HOOKS",
+    "policy_hooks",
     "unwrap_model",
     "pad_right",
 ]
@@ -155,6 +166,86 @@ class Policy(Protocol):
     def frozen_copy(self) -> "Policy":
         """A frozen copy of the current policy (no gradients, eval mode) used as the KL reference."""
         ...
+
+    # ---- optional hooks (OPTIONAL_HOOKS): defaults that do nothing; override what the policy needs ----
+
+    #: The tokenizer of a policy that has one (an LLM's): the sampler/trainer parity check decodes the
+    #: tokens it reports with it. None: token ids are reported as ids.
+    tokenizer: Any = None
+
+    @property
+    def compute_dtype(self) -> Optional[torch.dtype]:
+        """The dtype the model computes in (an LLM policy's), which a result record names and the parity
+        check's bounds depend on; None: no single one (the record names none, the check takes float32)."""
+        return None
+
+    @property
+    def weight_sync_seconds(self) -> Optional[float]:
+        """Seconds spent so far loading new weights into a generation engine other than the trained
+        model (vLLM); the trainer logs each step's increase as ``time/weight_sync``. None: generation
+        runs on the trained model itself, nothing to sync."""
+        return None
+
+    def use_master_weights(self, mixed_precision: str = "no") -> bool:
+        """Called once before training with ``train.mixed_precision``: keep what trains in fp32 (the
+        optimizer's master copy) and compute in the policy's dtype. Returns whether anything changed."""
+        return False
+
+    def prompt_reuse_stats(self) -> Optional[tuple[int, int]]:
+        """(prompt tokens reused from earlier generation calls, prompt tokens asked for), counted since the
+        policy's generator was built; the trainer logs each step's ratio as ``time/prompt_reuse``. None:
+        nothing is reused (no prefix cache)."""
+        return None
+
+    def release_generation_cache(self) -> None:
+        """Free what generation keeps between calls (keys/values kept for prefix reuse). Called when a
+        rollout ends: the update that follows changes the weights and needs the memory."""
+
+    def after_optimizer_step(self) -> None:
+        """Called after each optimizer step, after a resume loads weights, and after a rollout worker
+        loads a new version: whatever was computed from the old weights (an engine's copy, kept
+        keys/values) is stale."""
+
+    def close(self) -> None:
+        """Release what the policy holds outside its Python objects (a vLLM engine's memory, an HTTP
+        client); called when the trainer closes. The policy may build them again on its next use."""
+
+
+#: The optional members of :class:`Policy`: each has a default there, which :func:`policy_hooks` supplies
+#: to a policy that does not define it.
+OPTIONAL_HOOKS = ("tokenizer", "compute_dtype", "weight_sync_seconds", "use_master_weights", "prompt_reuse_stats",
+                  "release_generation_cache", "after_optimizer_step", "close")
+
+
+def policy_hooks(policy: Any) -> Any:
+    """The object to reach ``policy``'s optional hooks (:data:`OPTIONAL_HOOKS`) through: ``policy`` itself
+    when it has them all (it subclasses :class:`Policy`, or defines each), else a view that answers each
+    hook with the policy's own or, where it has none, :class:`Policy`'s default.
+
+    Why a view rather than requiring the hooks: a policy that only follows the protocol's shape (one
+    written before the hooks were declared, or one that needs none of them) keeps working unchanged,
+    while the trainer, which takes the view once, calls every hook directly. Hooks are looked up on
+    each use, so a property (``weight_sync_seconds``) is read when asked."""
+    if all(hasattr(policy, name) for name in OPTIONAL_HOOKS):
+        return policy
+    return _DefaultHooks(policy)
+
+
+class _DefaultHooks:
+    """The optional hooks of a policy that lacks some: its own where it has one, else :class:`Policy`'s
+    default, bound to the policy (see :func:`policy_hooks`). Only the hooks are reachable through it."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in OPTIONAL_HOOKS:
+            raise AttributeError(f"{name!r} is not an optional policy hook; use the policy itself")
+        try:
+            return getattr(self.policy, name)
+        except AttributeError:
+            default = Policy.__dict__[name]
+            return default.__get__(self.policy, type(self.policy)) if hasattr(default, "__get__") else default
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from stratagym.agents.policy import Generation, GenerationRequest, SequenceLogProbs, unwrap_model
+from stratagym.agents.policy import Generation, GenerationRequest, Policy, SequenceLogProbs, unwrap_model
 from stratagym.atomic import atomic_write, atomic_write_with
 
 __all__ = ["Featurizer", "ScorerConfig", "ScorerNet", "ScorerPolicy", "ScorerPayload", "fill_placeholders"]
@@ -173,8 +173,9 @@ def _flat(arrays: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(ids), torch.from_numpy(offsets)
 
 
-class ScorerPolicy:
-    """Softmax over admissible actions scored by :class:`ScorerNet` (the :class:`Policy` protocol).
+class ScorerPolicy(Policy):
+    """Softmax over admissible actions scored by :class:`ScorerNet` (the :class:`Policy` protocol, whose
+    optional hooks it leaves at their defaults: no tokenizer, no generation cache, nothing to close).
 
     Needs ``info["admissible_actions"]`` (every synthetic env, ALFWorld and WebShop list them); an env
     without them cannot be played by a scorer, and ``generate`` says so.

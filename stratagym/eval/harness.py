@@ -38,6 +38,7 @@ from stratagym.envs.hints import env_kwarg_message, unknown_env_message
 from stratagym.eval.episodes import EpisodeRecord
 from stratagym.eval.transcripts import eval_identity_hash, transcript_of
 from stratagym.training.rollout import InProcessPool, play
+from stratagym.agents.policy import policy_hooks
 from stratagym.agents.prompts import protocol_template
 from stratagym.envs.fingerprint import protocol_of, resolved_task_kwargs
 from stratagym.eval.records import (
@@ -230,8 +231,9 @@ def _reseed(seed: int) -> None:
 
 
 def _policy_dtype(policy: Any) -> str | None:
-    """The canonical compute dtype of an in-memory policy (an LLM policy's), None for policies without one."""
-    value = getattr(policy, "compute_dtype", None)
+    """The canonical compute dtype of an in-memory policy (an LLM policy's), None for policies without one
+    (the :class:`~stratagym.agents.policy.Policy` hook's default; a scripted agent has none either)."""
+    value = policy_hooks(policy).compute_dtype
     if value is None:
         return None
     from stratagym.precision import dtype_name

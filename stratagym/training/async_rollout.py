@@ -54,6 +54,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from stratagym.agents.policy import policy_hooks, unwrap_model
 from stratagym.errors import ConfigError
 from stratagym.training.recipe import build_policy, seed_everything
 from stratagym.training.rollout import InProcessPool, RolloutBatch, RolloutCollector
@@ -74,6 +75,7 @@ class RolloutWorker:
                 pass
         seed_everything(seed)
         self.policy = build_policy(dict(policy_spec))
+        self.hooks = policy_hooks(self.policy)  # Policy's no-op defaults for hooks the policy lacks
         self.collector = RolloutCollector(env_id, self.policy, group_size=group_size,
                                           pool=InProcessPool(env_id, env_kwargs), max_turns=max_turns)
         self.version: Optional[int] = None
@@ -92,22 +94,17 @@ class RolloutWorker:
         """Load ``weights`` (version ``version``) unless already loaded, then play ``tasks`` x G from
         ``seeds``; ``rng_state``: the torch random state to sample from (``max_staleness: 0``), else this
         worker's own stream goes on. Returns (version, batch, torch random state after, load seconds)."""
-        from stratagym.agents.policy import unwrap_model
-
         t0 = time.perf_counter()
         if version != self.version:
             unwrap_model(self.policy.model).load_state_dict(weights)
-            if hasattr(self.policy, "after_optimizer_step"):  # caches of the old weights are stale
-                self.policy.after_optimizer_step()
+            self.hooks.after_optimizer_step()  # caches of the old weights are stale
             self.version = version
         load_s = time.perf_counter() - t0
         if rng_state is not None:
             torch.set_rng_state(rng_state)
         self.policy.eval()
         batch = self.collector.collect(tasks, seeds, baseline=baseline)
-        release = getattr(self.policy, "release_generation_cache", None)
-        if release is not None:
-            release()
+        self.hooks.release_generation_cache()
         return version, batch, torch.get_rng_state(), load_s
 
     def close(self) -> None:

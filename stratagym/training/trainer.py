@@ -51,7 +51,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from stratagym.agents.policy import unwrap_model
+from stratagym.agents.policy import policy_hooks, unwrap_model
 from stratagym.training.async_rollout import AsyncRollouts, merge_async_extras
 from stratagym.training.checkpoint import (
     latest_checkpoint,
@@ -130,8 +130,9 @@ class Trainer(TrainerUpdate):
             from stratagym.training.sft import check_policy_for_env
 
             check_policy_for_env(self.policy, config.env.id)
-        if hasattr(self.policy, "use_master_weights"):  # fp32 weights for what trains (docs/training.md, Precision)
-            self.policy.use_master_weights(tc.mixed_precision)
+        #: the policy's optional hooks (Policy's no-op defaults for those a policy lacks: policy_hooks)
+        self.hooks = policy_hooks(self.policy)
+        self.hooks.use_master_weights(tc.mixed_precision)  # fp32 weights for what trains (docs/training.md, Precision)
         self.estimator = built.estimator
         #: the policy loss (:class:`~stratagym.algorithms.registry.PolicyLoss`), validated with the recipe:
         #: each micro-batch calls it, never a name
@@ -264,8 +265,7 @@ class Trainer(TrainerUpdate):
         restore_rng_state(data["rng_tensors"], state["rng"], self.rng)
         self.step = int(state["step"])
         self._decorrelate_processes()
-        if hasattr(self.policy, "after_optimizer_step"):
-            self.policy.after_optimizer_step()
+        self.hooks.after_optimizer_step()
         self.log.truncate_after(self.step)
         return True
 
@@ -336,19 +336,16 @@ class Trainer(TrainerUpdate):
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
-        sync0 = getattr(self.policy, "weight_sync_seconds", None)  # seconds loading new weights into an engine
-        reuse_stats = getattr(self.policy, "prompt_reuse_stats", None)
-        before = reuse_stats() if reuse_stats is not None else None
+        sync0 = self.hooks.weight_sync_seconds  # seconds loading new weights into an engine, or None
+        before = self.hooks.prompt_reuse_stats()
         batch = self.rollout()
         # keys/values kept for the next turn's prompts are of no use once the rollout is over (the update
         # changes the weights): free them before the update's activations need the memory
-        release = getattr(self.policy, "release_generation_cache", None)
-        if release is not None:
-            release()
+        self.hooks.release_generation_cache()
         t1 = time.perf_counter()
         metrics = self._rollout_metrics(batch)
         if before is not None:  # this process's share of prompt tokens the generator did not run again
-            after = reuse_stats()
+            after = self.hooks.prompt_reuse_stats()
             asked = after[1] - before[1]
             metrics["time/prompt_reuse"] = (after[0] - before[0]) / asked if asked else 0.0
         metrics.update(self.update(batch))
@@ -358,7 +355,7 @@ class Trainer(TrainerUpdate):
         metrics["time/update"] = t2 - t1
         metrics["time/step"] = t2 - t0
         if sync0 is not None:  # this step's syncs happen in its rollout (the first generation after an update)
-            metrics["time/weight_sync"] = float(self.policy.weight_sync_seconds) - float(sync0)
+            metrics["time/weight_sync"] = float(self.hooks.weight_sync_seconds) - float(sync0)
         metrics["step"] = self.step
         return metrics
 
@@ -428,9 +425,7 @@ class Trainer(TrainerUpdate):
         self.accelerator.free_memory()
 
     def close(self) -> None:
-        close_policy = getattr(self.policy, "close", None)  # a vLLM engine's memory and process-wide state
-        if close_policy is not None:
-            close_policy()
+        self.hooks.close()  # a vLLM engine's memory and process-wide state
         self.collector.close()
         if self._eval_collector is not None:
             self._eval_collector.close()

@@ -125,6 +125,7 @@ class TrainerUpdate:
     config: Any  # RecipeConfig
     accelerator: Any
     policy: Any
+    hooks: Any  # the policy's optional hooks (stratagym.agents.policy.policy_hooks)
     reference: Any  # frozen copy for the KL penalty, or None
     critic: Any  # PPO's value model, or None
     optimizer: torch.optim.Optimizer
@@ -246,8 +247,7 @@ class TrainerUpdate:
                 stats.critic_norms.append(float(cn))
             self.critic_optimizer.step()
             self.critic_optimizer.zero_grad(set_to_none=True)
-        if hasattr(self.policy, "after_optimizer_step"):
-            self.policy.after_optimizer_step()
+        self.hooks.after_optimizer_step()
 
     # ---- one micro-batch --------------------------------------------------------------------------------
     def _micro_loss(self, chunk: list[int], data: UpdateData, tokens_mb: float, rows_mb: float,
@@ -373,15 +373,16 @@ class TrainerUpdate:
             ids.append(pay["response_ids"].tolist() if has else [])
         rc = self.config.rollout
         report = logprob_parity(sampled, scored, tol=rc.parity_tol, response_ids=ids,
-                                tokenizer=getattr(self.policy, "tokenizer", None))
+                                tokenizer=self.hooks.tokenizer)
 
         def describe(i: int) -> str:
             s = samples[i]
             return f"turn {s.step} of task {s.info.get('task_id', '?')!r}"
 
         # the length check always holds; the bound only where sampler and trainer held the same weights
+        dtype = self.hooks.compute_dtype  # None: the policy has no single one; float32's bounds
         bound_max, bound_mean = parity_bounds(rc.parity_max, rc.parity_mean_max,
-                                              getattr(self.policy, "compute_dtype", torch.float32))
+                                              torch.float32 if dtype is None else dtype)
         if lagged:
             bound_max = bound_mean = None
         check_parity(report, step=self.step + 1, parity_max=bound_max, parity_mean_max=bound_mean, describe=describe)
