@@ -11,6 +11,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from stratagym import deprecation
+
+deprecation.install()  # old module paths (issue 49's moves) import, with a DeprecationWarning, for one release
+
 from stratagym.envs.core import INFO_KEYS, StepResult, TextEnv, stable_hash
 from stratagym.errors import ConfigError
 from stratagym.envs.registry import EnvSpec, get_spec, list_envs, make_agent, register_all, register_env

@@ -32,7 +32,7 @@ GROUPS: dict[str, typer.Typer] = {"envs": envs_app, "serve": serve_app}
 #: Modules that add commands other than an env family's (an env family names its commands' module in
 #: its ``EnvSpec.cli``, so a new family needs no line here); a module that does not exist is skipped.
 CLI_PLUGINS = (
-    "stratagym.envs.mcp_cli",
+    "stratagym.interop.mcp.cli",
     "stratagym.agents.cli",
     "stratagym.training.cli",
     "stratagym.training.sft_cli",

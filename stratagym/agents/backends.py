@@ -30,6 +30,7 @@ import torch
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig, first_stop
 from stratagym.agents.inference.hf_generator import HFGenerator
+from stratagym.envs.tools import format_call
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -317,8 +318,6 @@ def tool_calls_text(calls: Any) -> tuple[str, Optional[str]]:
     checked) then hold for served and local models. ``arguments`` (a JSON string in the OpenAI API) is
     decoded when it is JSON and passed on as the string otherwise, which the env reports as invalid.
     """
-    from stratagym.envs.tool_calls import format_call
-
     if calls is None:
         return "", None
     if not isinstance(calls, list):

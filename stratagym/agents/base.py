@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from stratagym.envs.core import EpisodeKey
+from stratagym.envs.episode import EpisodeKey
 
 __all__ = ["Agent", "EpisodeKey"]
 

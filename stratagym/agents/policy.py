@@ -53,7 +53,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Protocol, Sequence, runt
 
 import torch
 
-from stratagym.envs.core import EpisodeKey
+from stratagym.envs.episode import EpisodeKey
 
 __all__ = [
     "Turn",

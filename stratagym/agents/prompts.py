@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from stratagym.agents.policy import Turn
+from stratagym.envs.registry import tool_set_for
+from stratagym.envs.tools import ToolCall, format_call, parse_hermes, strip_reasoning
 
 __all__ = [
     "PromptTemplate",
@@ -232,16 +234,12 @@ def _build_tools(observation: str, info: dict[str, Any], history: Sequence[Turn]
 def parse_tools(response: str) -> ParsedAction:
     """The tools protocol: the response (up to the stop string) is the action, which the env parses;
     well-formed when its first call outside ``<think>`` reads as a call (``hermes`` format)."""
-    from stratagym.envs.tool_calls import ToolCall, parse_hermes, strip_reasoning
-
     calls = parse_hermes(strip_reasoning(response))
     return ParsedAction(response.strip(), bool(calls) and isinstance(calls[0], ToolCall))
 
 
 def _format_tool_action(env_id: str, action: str) -> str:
     """An expert's action (the env's own action text) as the tool call that stands for it."""
-    from stratagym.envs.tool_calls import format_call, tool_set_for
-
     call = tool_set_for(env_id).from_action(action)
     return action if call is None else format_call(call.name, call.arguments)
 

@@ -5,7 +5,7 @@ response (the ``<tool_call>`` text it sampled) and a ``tool`` message with the e
 want something else:
 
 * a chat template without a tool section (SmolLM2's, for one): :func:`fallback_messages` puts the
-  schemas in a system message (:func:`stratagym.envs.tool_calls.tools_system_prompt`) and the env's
+  schemas in a system message (:func:`stratagym.envs.tools.tools_system_prompt`) and the env's
   answers in user messages wrapped in ``<tool_response>``, the documented fallback;
 * an OpenAI-compatible server: :func:`openai_messages` gives assistant messages structured
   ``tool_calls`` (with ids) and ``tool`` messages the matching ``tool_call_id``, as the API requires;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from stratagym.envs.tool_calls import ToolCall, parse_hermes, strip_reasoning, tools_system_prompt
+from stratagym.envs.tools import ToolCall, parse_hermes, strip_reasoning, tools_system_prompt
 
 __all__ = ["chat_template_has_tools", "fallback_messages", "openai_messages", "trl_messages"]
 

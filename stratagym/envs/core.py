@@ -26,19 +26,26 @@ writes becomes a normal step, with ``action_valid=False`` when it does not parse
 from __future__ import annotations
 
 import abc
-import hashlib
 import re
 import string
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from stratagym.envs import speedups
+from stratagym.envs.episode import EpisodeKey, EpisodeRngs  # re-exported: the contract's names
+from stratagym.envs.hashing import (  # re-exported: the contract's state hashes
+    HASH_MASK,
+    NO_CONTEXT,
+    ContextTracker,
+    combine_hashes,
+    normalize_text,
+    stable_hash,
+)
 from stratagym.errors import ConfigError  # re-exported: env code raises it for bad configuration
 
 __all__ = [
@@ -54,6 +61,9 @@ __all__ = [
     "stable_hash",
     "combine_hashes",
     "normalize_text",
+    "HASH_MASK",
+    "NO_CONTEXT",
+    "register_protocol_builder",
 ]
 
 #: Keys present in every ``info`` dict (``admissible_actions`` only where the env knows them).
@@ -71,206 +81,11 @@ INFO_KEYS: tuple[str, ...] = (
 
 _INFO_KEY_SET = frozenset(INFO_KEYS)
 
-HASH_MASK = (1 << 63) - 1
-NO_CONTEXT = -1  # marks a history level that is not available yet (in algorithm tensors)
 
 # Unicode category Cc (C0 and C1 controls) except newline and tab, as one precompiled class: a per-
 # character unicodedata lookup cost ~10 us per step, this ~1 us.
 _CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
-
-
-# --------------------------------------------------------------------------------------------------
-# Hashing
-# --------------------------------------------------------------------------------------------------
-
-
-#: ASCII whitespace other than space and newline (``str.split`` splits on these too, \x1c-\x1f included).
-_RARE_ASCII_SPACE = b"\t\x0b\x0c\r\x1c\x1d\x1e\x1f"
-
-
-def normalize_text(text: str) -> str:
-    """Canonical form of an observation for hashing: NFC, whitespace runs collapsed, stripped.
-
-    Two observations that differ only in spacing or Unicode composition are the same state. Always
-    equal to ``" ".join(unicodedata.normalize("NFC", text).split())`` (a hypothesis test checks it).
-    """
-    if text.isascii():  # ASCII is already NFC, and most observations are single-spaced
-        plain = _plain_ascii(text)
-        if plain is not None:
-            return plain
-    else:
-        text = unicodedata.normalize("NFC", text)
-    return " ".join(text.split())
-
-
-def _plain_ascii(text: str) -> str | None:
-    """The normal form of ASCII ``text`` when its whitespace is only single spaces and newlines, else None.
-
-    Why: splitting an observation into words and joining them builds one string per word (~3 us for a
-    500-character search result, most of a step's hashing). When no two whitespace characters touch and
-    none is a tab, CR or other rare one, the split-and-join only turns each newline into a space, which
-    ``str.replace`` does in one C pass; the checks are C scans too.
-    """
-    plain = text.strip().replace("\n", " ")
-    if "  " in plain:
-        return None
-    data = plain.encode("ascii")
-    if len(data.translate(None, _RARE_ASCII_SPACE)) != len(data):
-        return None
-    return plain
-
-
-def _digest_py(data: bytes) -> int:
-    """BLAKE2b-64 of ``data`` as a 63-bit int (the reference; ``_speedups.digest8`` is its C twin)."""
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") & HASH_MASK
-
-
-_digest = _digest_py  # the C twin once bound (_bind_speedups)
-
-
-def stable_hash(text: str) -> int:
-    """A non-negative 63-bit hash of ``text`` that is the same in every process and Python run.
-
-    Python's ``hash()`` is salted per process, so it cannot identify states across rollout workers;
-    blake2b of the normalised UTF-8 text can. The value fits in int64 and is never -1, which the
-    algorithms use for "no history at this level". A plain ``str`` goes to the C twin when the
-    speed-ups are built (it streams the normalised text into the hash without building it).
-    """
-    if _stable_hash_c is not None and type(text) is str:
-        return _stable_hash_c(text)
-    return _stable_hash_py(text)
-
-
-_stable_hash_c = None  # _speedups.stable_hash once bound
-
-
-def _stable_hash_py(text: str) -> int:
-    """:func:`stable_hash` in Python: the reference of its C twin, and the path for str subclasses."""
-    return _digest(normalize_text(text).encode("utf-8", "surrogatepass"))
-
-
-_CTX_HASHER = hashlib.blake2b(b"ctx:", digest_size=8)  # only ever copied, never updated
-_ctx_push = None  # _speedups.ctx_push once bound
-
-
-def _combine2(left: int, right: int) -> int:
-    return _digest(b"ctx:" + left.to_bytes(8, "little") + right.to_bytes(8, "little"))
-
-
-def combine_hashes(hashes: Iterable[int]) -> int:
-    """Hash of an ordered sequence of hashes (a history of observations), stable across processes.
-
-    A left fold, ``combine([a, b, c]) == combine2(combine2(a, b), c)``, so a tracker can extend the
-    hash of the last k observations to the last k+1 with one digest instead of rehashing the window.
-    """
-    it = iter(hashes)
-    try:
-        acc = int(next(it))
-    except StopIteration:
-        return _digest(b"ctx:")
-    for h in it:
-        acc = _combine2(acc, int(h))
-    return acc
-
-
-class EpisodeKey(NamedTuple):
-    """Who an episode is: its task, its reset seed and which copy of a group it is.
-
-    The rollout loop hands one key per live episode to every agent call, so an agent that keeps state
-    per episode (an oracle's plan, a random agent's generator) keys it by episode, never by position in
-    the batch: positions shift when a batch-mate finishes. The key is made of what defines the episode,
-    not of incidental choices (batch size, worker count, resume point), so an agent whose randomness
-    comes from :meth:`rng_seed` acts the same however the episodes are batched.
-    """
-
-    task_id: str
-    seed: int | None
-    copy: int = 0
-
-    def rng_seed(self, agent_seed: int = 0) -> int:
-        """A 63-bit seed for this episode's own random generator, stable across processes."""
-        return stable_hash(f"{int(agent_seed)}|{self.task_id}|{self.seed}|{self.copy}")
-
-
-class EpisodeRngs:
-    """One numpy generator per episode, for agents that act at random.
-
-    A single generator shared by a batch would hand out draws in batch order, so an episode's actions
-    would depend on which episodes happen to share its batch. Here each episode gets a generator seeded
-    from ``(agent seed, episode key)`` when it starts (``info["step"] == 0``, or first seen).
-    """
-
-    def __init__(self, seed: int = 0):
-        self.seed = int(seed)
-        self._rngs: dict[EpisodeKey, np.random.Generator] = {}
-
-    def get(self, episode: EpisodeKey, info: dict[str, Any]) -> np.random.Generator:
-        if episode not in self._rngs or int(info.get("step", 0)) == 0:
-            self._rngs[episode] = np.random.default_rng(episode.rng_seed(self.seed))
-        return self._rngs[episode]
-
-
-class ContextTracker:
-    """Keeps the hashes of the last ``k + 1`` observations and derives the HGPO context keys.
-
-    ``context_hashes()[k]`` identifies the last ``k + 1`` observations (oldest to newest), so
-    ``context_hashes()[0]`` is the current state's hash, and two steps share level ``k`` exactly when
-    their last ``k + 1`` observations are equal. Early in an episode the list is shorter than
-    ``k + 1``: a level exists only once that much history does. Levels are updated incrementally
-    (level k now = combine(level k-1 one step ago, current hash)): K digests per step.
-    """
-
-    def __init__(self, k: int = 4):
-        if k < 0:
-            raise ConfigError(f"context length K must be >= 0, got {k}")
-        self.k = int(k)
-        self._levels: list[int] = []
-        # the levels as 8 little-endian bytes, what the next combine feeds (None: not kept by the C twin)
-        self._level_bytes: list[bytes] | None = []
-
-    def reset(self, observation: str | None = None) -> None:
-        self._levels, self._level_bytes = [], []
-        if observation is not None:
-            self.push(observation)
-
-    def push(self, observation: str) -> int:
-        return self.push_hash(stable_hash(observation))
-
-    def _push_hash_py(self, h: int) -> int:
-        """Push an observation by its :func:`stable_hash` (for envs that know it without rehashing)."""
-        if self._level_bytes is None:  # the C twin ran before (speedups.use switched): rebuild from the ints
-            self._level_bytes = [v.to_bytes(8, "little") for v in self._levels]
-        prev = self._level_bytes[: self.k]
-        tail = h.to_bytes(8, "little")
-        if prev:  # _combine2(p, h) for each level, inlined (this runs on every env step)
-            levels, level_bytes = [h], [tail]
-            new_hasher, from_bytes, mask = _CTX_HASHER.copy, int.from_bytes, HASH_MASK  # locals: ~20% of this loop
-            for p in prev:
-                d = new_hasher()  # blake2b already fed b"ctx:": a copy is cheaper than a new hasher
-                d.update(p + tail)
-                v = from_bytes(d.digest(), "little") & mask
-                levels.append(v)
-                level_bytes.append(v.to_bytes(8, "little"))
-            self._levels, self._level_bytes = levels, level_bytes
-        else:
-            self._levels, self._level_bytes = [h], [tail]
-        return h
-
-    def _push_hash_c(self, h: int) -> int:
-        """:meth:`push_hash` with the levels computed by ``_speedups.ctx_push`` (the same digests, from
-        the level ints themselves; ``_level_bytes`` is not kept)."""
-        self._levels, self._level_bytes = _ctx_push(self._levels, h, self.k), None
-        return h
-
-    push_hash = _push_hash_py  # or _push_hash_c (_bind_speedups)
-
-    @property
-    def state_hash(self) -> int:
-        return self._levels[0] if self._levels else NO_CONTEXT
-
-    def context_hashes(self) -> list[int]:
-        return list(self._levels)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -441,7 +256,7 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         self._last_observation = ""
         self._done = False
         self.protocol = protocol
-        self._tools = _ToolProtocol.build(self, protocol, tool_parser)
+        self._tools = _build_protocol(self, protocol, tool_parser)
 
     # ---- subclass API ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -475,8 +290,8 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
         """The step an unusable action (wrong type, too long) produces; subclasses may reword it."""
         return StepResult(observation=f"Invalid action: {problem}.", action_valid=False)
 
-    # ---- the tools protocol (stratagym.envs.tool_calls) ---------------------------------------------
-    #: ``"module:attr"`` of the family's :class:`~stratagym.envs.tool_calls.ToolSet`; None: no tools protocol.
+    # ---- the tools protocol (stratagym.envs.tools) ---------------------------------------------------
+    #: ``"module:attr"`` of the family's :class:`~stratagym.envs.tools.ToolSet`; None: no tools protocol.
     tool_set: str | None = None
 
     def tools_observation(self, observation: str) -> str:
@@ -649,45 +464,32 @@ class TextEnv(gym.Env[str, str], metaclass=abc.ABCMeta):
 _make_info = None  # _speedups.make_info once bound
 
 
-class _ToolProtocol:
-    """An env's tools protocol: its tool set, its parser and the ``info`` keys the policy reads
-    (``protocol``, ``tool_schemas``: the same list object every step)."""
+#: Builds an env's protocol object from ``(env, protocol, tool_parser)``: None for the tag protocol.
+#: :mod:`stratagym.envs.tools.protocol` registers the tools protocol's builder when imported (``import
+#: stratagym.envs`` does), so the contract names no tools module; until then only ``"tags"`` is known.
+_protocol_builder: Callable[["TextEnv", str, str], Any] | None = None
 
-    def __init__(self, tools: Any, parser: Any):
-        self.tools, self.parser = tools, parser
-        self.info = {"protocol": "tools", "tool_schemas": tools.schemas()}
 
-    @classmethod
-    def build(cls, env: "TextEnv", protocol: str, parser_name: str) -> "_ToolProtocol | None":
-        from stratagym.envs import tool_calls
+def register_protocol_builder(builder: Callable[["TextEnv", str, str], Any]) -> None:
+    """Install the builder :class:`TextEnv` calls with its ``protocol`` and ``tool_parser`` kwargs."""
+    global _protocol_builder
+    _protocol_builder = builder
 
-        if protocol not in tool_calls.PROTOCOLS:
-            raise ConfigError(f"protocol must be one of {list(tool_calls.PROTOCOLS)}, got {protocol!r}")
-        parser = tool_calls.get_tool_parser(parser_name)
-        if protocol == "tags":
-            return None
-        if env.tool_set is None:
-            raise ConfigError(f"{type(env).__name__} has no tools protocol (no tool_set); use protocol='tags'")
-        from stratagym.envs.registry import load_object
 
-        return cls(load_object(env.tool_set), parser)
-
-    def resolve(self, text: str) -> Any:
-        from stratagym.envs.tool_calls import resolve_turn
-
-        return resolve_turn(text, self.tools, self.parser)
+def _build_protocol(env: "TextEnv", protocol: str, parser_name: str) -> Any:
+    if _protocol_builder is None:  # stratagym.envs.tools not imported (it always is through stratagym.envs)
+        if protocol != "tags":
+            raise ConfigError(f"protocol {protocol!r} needs stratagym.envs.tools; import stratagym.envs first")
+        return None
+    return _protocol_builder(env, protocol, parser_name)
 
 
 def _bind_speedups(module: Any) -> None:
     """Point this module's hot-path names at the C twins in ``module``, or at the Python references."""
-    global _digest, _stable_hash_c, _ctx_push, _sanitize_str, _make_info
+    global _sanitize_str, _make_info
     c = module is not None
-    _digest = module.digest8 if c else _digest_py
-    _stable_hash_c = module.stable_hash if c else None
-    _ctx_push = module.ctx_push if c else None
     _sanitize_str = module.sanitize_str if c else None
     _make_info = module.make_info if c else None
-    ContextTracker.push_hash = ContextTracker._push_hash_c if c else ContextTracker._push_hash_py
 
 
 speedups.bind(_bind_speedups)

@@ -48,6 +48,8 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from stratagym.objects import load_object
+
 __all__ = [
     "PROTOCOL_FIELDS",
     "DEFAULT_DTYPE",
@@ -119,8 +121,6 @@ def hash_files(paths: Iterable[str | os.PathLike[str]]) -> str:
 
 def _constructor_defaults(entry_point: Any) -> dict[str, Any]:
     """The keyword defaults of an env class's ``__init__`` (empty when it cannot be imported here)."""
-    from stratagym.envs.registry import load_object
-
     try:
         cls = load_object(entry_point) if isinstance(entry_point, str) else entry_point
         sig = inspect.signature(cls.__init__ if inspect.isclass(cls) else cls)

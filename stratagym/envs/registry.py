@@ -31,8 +31,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import gymnasium as gym
 
 from stratagym.envs.metric_spec import MetricSpec
+from stratagym.envs.random_agent import RandomAgent
+from stratagym.errors import ConfigError
+from stratagym.objects import load_object  # re-exported: ``from stratagym.envs.registry import load_object`` still works
 
-__all__ = ["CONTRACT_METADATA_KEYS", "EnvSpec", "register_env", "register_all", "list_envs", "get_spec", "ENTRY_POINT_GROUP", "load_object"]
+__all__ = ["CONTRACT_METADATA_KEYS", "EnvSpec", "register_env", "register_all", "list_envs", "get_spec", "ENTRY_POINT_GROUP", "load_object", "tool_set_for"]
 
 ENTRY_POINT_GROUP = "stratagym.envs"
 
@@ -172,17 +175,6 @@ _SPECS: dict[str, EnvSpec] = {}
 _registered_all = False
 
 
-def load_object(path: str) -> Any:
-    """Import ``"package.module:attr"`` (attr may be dotted)."""
-    module_name, _, attr = path.partition(":")
-    if not attr:
-        raise ValueError(f"expected 'module:attribute', got {path!r}")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def register_env(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
     """Register ``spec`` with gymnasium and stratagym's listing.
 
@@ -226,11 +218,10 @@ def _as_specs(obj: Any, origin: str) -> list[EnvSpec]:
 
 
 def _builtin_specs() -> list[EnvSpec]:
-    import stratagym.envs as envs_pkg
-
+    # the family packages beside this module (their parent package is not imported here: it imports us)
     specs: list[EnvSpec] = []
-    for module in sorted(pkgutil.iter_modules(envs_pkg.__path__), key=lambda m: m.name):
-        if not module.ispkg:
+    for module in sorted(pkgutil.iter_modules([os.path.dirname(__file__)]), key=lambda m: m.name):
+        if not module.ispkg or module.name == "tools":  # tools/: the tools protocol, not a family
             continue
         family = importlib.import_module(f"stratagym.envs.{module.name}")
         specs.extend(_as_specs(getattr(family, "ENV_SPECS", ()), f"stratagym.envs.{module.name}.ENV_SPECS"))
@@ -289,13 +280,20 @@ def get_spec(env_id: str) -> EnvSpec:
         raise KeyError(f"unknown stratagym env {env_id!r}; registered: {known}") from None
 
 
+def tool_set_for(env_id: str) -> Any:
+    """The :class:`~stratagym.envs.tools.ToolSet` an env's class declares (``TextEnv.tool_set``), found
+    through its registered spec; a ConfigError for an env without the tools protocol."""
+    path = getattr(load_object(get_spec(env_id).entry_point), "tool_set", None)
+    if path is None:
+        raise ConfigError(f"{env_id} has no tools protocol; use protocol: tags")
+    return load_object(path)
+
+
 def agent_class(env_id: str, name: str) -> Callable[..., Any]:
     """The class of scripted agent ``name`` declared by ``env_id``'s spec (``random`` works for every env)."""
     spec = get_spec(env_id)
     path = spec.agents.get(name)
     if path is None and name == "random":
-        from stratagym.envs.random_agent import RandomAgent
-
         return RandomAgent
     if path is None:
         raise KeyError(f"env {env_id!r} has no scripted agent {name!r}; it has {sorted(set(spec.agents) | {'random'})}")

@@ -18,6 +18,7 @@ from stratagym.errors import UserError
 from stratagym.eval.records import SCHEMA, schema_problems as record_problems
 from stratagym.leaderboard.protocols import protocol_problems
 from stratagym.leaderboard.schema import schema_problems
+from stratagym.objects import load_object
 
 __all__ = ["SubmissionError", "STANDARD_SPLITS", "known_splits", "validate_record"]
 
@@ -43,7 +44,7 @@ class SubmissionError(UserError, ValueError):
 
 def known_splits(env_id: str) -> frozenset[str]:
     """The splits ``env_id`` declares (class attribute ``splits``) plus ``default``; else the standard set."""
-    from stratagym.envs.registry import get_spec, load_object
+    from stratagym.envs.registry import get_spec
 
     spec = get_spec(env_id)
     try:

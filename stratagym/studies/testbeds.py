@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from stratagym.algorithms.registry import get_estimator
-from stratagym.envs.core import EpisodeKey, EpisodeRngs
+from stratagym.envs.episode import EpisodeKey, EpisodeRngs
 from stratagym.envs.random_agent import RandomAgent
 
 __all__ = [

@@ -46,6 +46,7 @@ from typing import Any, Optional, Sequence
 
 from stratagym.agents.prompts import PromptTemplate, template_for_env
 from stratagym.agents.tool_messages import trl_messages
+from stratagym.envs.registry import tool_set_for
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
 
@@ -287,8 +288,6 @@ def tool_schemas_of(env_id: str, env_kwargs: dict[str, Any]) -> Optional[list[di
     """The env's tool schemas when ``env_kwargs`` choose the tools protocol, else None (tag protocols)."""
     if env_kwargs.get("protocol", "tags") != "tools":
         return None
-    from stratagym.envs.tool_calls import tool_set_for
-
     return tool_set_for(env_id).schemas()
 
 

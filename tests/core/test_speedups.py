@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratagym.envs import core, speedups
+from stratagym.envs import core, hashing, speedups
 from stratagym.envs.core import HASH_MASK, ContextTracker, StepResult, TextEnv, combine_hashes
 
 C = speedups._import()
@@ -64,13 +64,13 @@ def test_extension_is_built_where_a_compiler_exists():
         "(see pip's output) -- rebuild with `pip install -e .`"
     )
     if not speedups.DISABLED_BY_ENV:
-        assert speedups.ENABLED and core._digest is C.digest8
+        assert speedups.ENABLED and hashing._digest is C.digest8
 
 
 def _selection(env: dict[str, str]) -> str:
-    code = ("from stratagym.envs import core, speedups\nfrom stratagym.envs.search_qa import protocol as p\n"
-            "print(speedups.ENABLED, core._digest is core._digest_py, p._parse_turn_c is None, "
-            "core._make_info is None, core._sanitize_str is None, core._stable_hash_c is None, "
+    code = ("from stratagym.envs import core, hashing, speedups\nfrom stratagym.envs.search_qa import protocol as p\n"
+            "print(speedups.ENABLED, hashing._digest is hashing._digest_py, p._parse_turn_c is None, "
+            "core._make_info is None, core._sanitize_str is None, hashing._stable_hash_c is None, "
             "core.ContextTracker.push_hash is core.ContextTracker._push_hash_py)")
     full_env = {k: v for k, v in os.environ.items() if k != "STRATAGYM_NO_SPEEDUPS"} | env
     done = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120)
@@ -93,9 +93,9 @@ def test_use_switches_and_refuses_when_not_built(monkeypatch):
     before = speedups.ENABLED
     try:
         speedups.use(False)
-        assert core._digest is core._digest_py and core._make_info is None
+        assert hashing._digest is hashing._digest_py and core._make_info is None
         speedups.use(True)
-        assert core._digest is C.digest8 and core.ContextTracker.push_hash is core.ContextTracker._push_hash_c
+        assert hashing._digest is C.digest8 and core.ContextTracker.push_hash is core.ContextTracker._push_hash_c
     finally:
         speedups.use(before)
     monkeypatch.setattr(speedups, "_import", lambda: None)
@@ -133,21 +133,21 @@ def test_digest_known_answers():
     assert C.digest8(b"abc") == int.from_bytes(bytes.fromhex("d8bb14d833d59559"), "little") & HASH_MASK
     for n in (0, 1, 20, 127, 128, 129, 255, 256, 257, 1000, 100_000):
         data = bytes(range(256)) * (n // 256) + bytes(range(n % 256))
-        assert C.digest8(data) == core._digest_py(data), n
+        assert C.digest8(data) == hashing._digest_py(data), n
 
 
 @needs_c
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=700))
 def test_digest_equals_hashlib(data):
-    assert C.digest8(data) == core._digest_py(data)
-    assert C.digest8(bytearray(data)) == C.digest8(memoryview(data)) == core._digest_py(data)
+    assert C.digest8(data) == hashing._digest_py(data)
+    assert C.digest8(bytearray(data)) == C.digest8(memoryview(data)) == hashing._digest_py(data)
 
 
 @needs_c
 def test_digest_rejects_what_hashlib_rejects():
     for bad in ("text", 5, None, [1]):
-        assert outcome(C.digest8, bad)[0] == outcome(core._digest_py, bad)[0] == "raises"
+        assert outcome(C.digest8, bad)[0] == outcome(hashing._digest_py, bad)[0] == "raises"
 
 
 _SPACE_RUNS = st.lists(st.sampled_from([" ", "  ", "\n", "\t", "\x1c", "\x1f", "\x85", "\xa0", "\u2003", "\u3000",
@@ -159,7 +159,7 @@ _SPACE_RUNS = st.lists(st.sampled_from([" ", "  ", "\n", "\t", "\x1c", "\x1f", "
 @settings(max_examples=800, deadline=None)
 @given(TEXT | _SPACE_RUNS | st.text(st.sampled_from("ab \n\t"), min_size=100, max_size=400))
 def test_stable_hash_equals_python(text):
-    assert C.stable_hash(text) == core._stable_hash_py(text) == core.stable_hash(text)
+    assert C.stable_hash(text) == hashing._stable_hash_py(text) == core.stable_hash(text)
 
 
 # Single-spaced ASCII with the odd run, tab or control character: the C takes 16 bytes at a time where
@@ -179,23 +179,23 @@ _MOSTLY_PLAIN = st.tuples(
 @settings(max_examples=1500, deadline=None)
 @given(_MOSTLY_PLAIN | _MOSTLY_PLAIN.map(lambda s: " " + s) | _MOSTLY_PLAIN.map(lambda s: "\n" + s))
 def test_stable_hash_of_mostly_plain_ascii_equals_python(text):
-    assert C.stable_hash(text) == core._stable_hash_py(text)
+    assert C.stable_hash(text) == hashing._stable_hash_py(text)
 
 
 @needs_c
 def test_stable_hash_known_answers():
-    assert C.stable_hash("") == core._digest_py(b"")
-    assert C.stable_hash("  You are in the   middle of a room.\n") == core._digest_py(b"You are in the middle of a room.")
-    assert C.stable_hash("e\u0301") == C.stable_hash("\u00e9") == core._digest_py("\u00e9".encode())
+    assert C.stable_hash("") == hashing._digest_py(b"")
+    assert C.stable_hash("  You are in the   middle of a room.\n") == hashing._digest_py(b"You are in the middle of a room.")
+    assert C.stable_hash("e\u0301") == C.stable_hash("\u00e9") == hashing._digest_py("\u00e9".encode())
     for n in (126, 127, 128, 129, 255, 256, 257, 100_000):  # block boundaries of the streamed hash
         for text in ("x" * n, " " + "y" * n + " ", "\u00e9" * n, "😀" * (n // 4), ("ab cd\nef " * n)[:n],
                      "w " * (n // 2) + "  " + "z\n" * (n // 2)):
-            assert C.stable_hash(text) == core._stable_hash_py(text), (n, text[:3])
+            assert C.stable_hash(text) == hashing._stable_hash_py(text), (n, text[:3])
 
     class Sub(str):
         pass
 
-    assert core.stable_hash(Sub(" a ")) == core._stable_hash_py("a")
+    assert core.stable_hash(Sub(" a ")) == hashing._stable_hash_py("a")
     assert outcome(C.stable_hash, b"bytes")[0] == "raises"
 
 

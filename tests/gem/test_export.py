@@ -1,4 +1,4 @@
-"""Every stratagym env under GEM's API (issue 30 item 4, one way): ``stratagym.envs.gem.register_all()``
+"""Every stratagym env under GEM's API (issue 30 item 4, one way): ``stratagym.interop.gem.register_all()``
 then ``gem.make("stratagym/...")`` gives an env on GEM's contract (gem/core.py: ``reset(seed) -> (obs,
 info)``, ``step(action) -> 5-tuple``) that plays exactly the in-process transcript, with stratagym's info
 schema in ``info``, and that GEM's own wrappers and vector env drive unchanged."""
@@ -10,10 +10,10 @@ import pytest
 
 import stratagym
 from stratagym.envs.core import INFO_KEYS, EpisodeKey
-from stratagym.envs.gem import register_all
+from stratagym.interop.gem import register_all
 from stratagym.envs.registry import agent_env_kwargs, make_agent
 
-from stratagym.envs.gem.compat import import_gem
+from stratagym.interop.gem.compat import import_gem
 
 gem = import_gem()  # the `gem` extra; `make test` installs it (no skip: a missing GEM fails here)
 register_all()

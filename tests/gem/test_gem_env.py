@@ -15,8 +15,8 @@ import pytest
 
 import stratagym  # noqa: F401  (registers the envs)
 from stratagym.envs.core import INFO_KEYS, ConfigError, EpisodeKey
-from stratagym.envs.gem.compat import import_gem
-from stratagym.envs.gem.gem_env import GEMTextEnv
+from stratagym.interop.gem.compat import import_gem
+from stratagym.interop.gem.gem_env import GEMTextEnv
 from tests.helpers import play_records
 
 gem = import_gem()

@@ -11,8 +11,9 @@ import gymnasium as gym
 import pytest
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.envs.mcp_server import RESET_SCHEMA, create_mcp_server, serve_mcp_in_thread
-from stratagym.envs.tool_calls import format_call, tool_set_for
+from stratagym.interop.mcp.server import RESET_SCHEMA, create_mcp_server, serve_mcp_in_thread
+from stratagym.envs.tools import format_call
+from stratagym.envs.registry import tool_set_for
 from stratagym.errors import ConfigError
 
 QA = "stratagym/SearchQA-v0"

@@ -12,7 +12,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stratagym.agents.tiny_lm import tiny_lm_path
-from stratagym.envs.search_qa.trl import SearchQATRLEnv
+from stratagym.interop.trl.search_qa import SearchQATRLEnv
 
 
 def test_grpo_trainer_runs_with_the_searchqa_environment_factory(tmp_path, monkeypatch):

@@ -12,10 +12,10 @@ import pytest
 from transformers.utils import get_json_schema
 
 import stratagym  # noqa: F401
-from stratagym.envs.alfworld.trl import ALFWorldTRLEnv
-from stratagym.envs.search_qa.trl import SearchQATRLEnv
-from stratagym.envs.trl_tools import EPISODE_OVER
-from stratagym.envs.webshop.trl import WebShopTRLEnv
+from stratagym.interop.trl.alfworld import ALFWorldTRLEnv
+from stratagym.interop.trl.search_qa import SearchQATRLEnv
+from stratagym.interop.trl.tools import EPISODE_OVER
+from stratagym.interop.trl.webshop import WebShopTRLEnv
 
 CLASSES = {SearchQATRLEnv: {"search", "answer"}, WebShopTRLEnv: {"act"}, ALFWorldTRLEnv: {"act"}}
 

@@ -17,8 +17,9 @@ import pytest
 import stratagym  # noqa: F401  (registers the envs)
 from stratagym.agents.scripted import ScriptedPolicy
 from stratagym.envs.core import EpisodeKey, stable_hash
-from stratagym.envs.openenv.client_env import OpenEnvError
-from stratagym.envs.openenv.server import create_server_app, serve_in_thread
+from stratagym.interop.openenv.client_env import OpenEnvError
+from stratagym.interop.openenv.server import create_server_app
+from stratagym.serving import serve_in_thread
 from stratagym.envs.registry import agent_env_kwargs, make_agent
 from stratagym.training.rollout import InProcessPool, play
 
@@ -271,4 +272,47 @@ def test_actions_follow_a_multi_field_schema_and_bad_json_is_an_invalid_step():
         assert info3["step"] == 7 and info3["state_hash"] == stable_hash("hi hi")
     finally:
         env.close()
+        srv.stop()
+
+
+#: Reset arguments a caller may pass: gymnasium's seeds (an int >= 0, a bool) and what it refuses, with the
+#: task options the contract reads (``task_id``, ``task_index``), good and bad.
+RESET_BATTERY = [
+    {}, {"seed": 0}, {"seed": 7}, {"seed": True}, {"seed": False}, {"seed": 2**40},
+    {"seed": -1}, {"seed": 1.5}, {"seed": "3"}, {"seed": [1]},
+    {"seed": 3, "options": {"task_index": 1}}, {"seed": 3, "options": {"task_index": 1.0}},
+    {"seed": 3, "options": {"task_index": 2.5}}, {"seed": 3, "options": {"task_index": True}},
+    {"seed": 3, "options": {"task_index": 10**6}}, {"seed": 3, "options": {"task_id": "no-such-task"}},
+    {"seed": 3, "options": {}}, {"seed": True, "options": {"task_index": 0}},
+]
+
+
+def _outcome(env, kwargs):
+    try:
+        obs, info = env.reset(**kwargs)
+    except Exception as exc:  # the same refusal, type and words (but the env class it names), on both sides
+        return ("raises", type(exc).__name__, str(exc).replace(type(env.unwrapped).__name__, "<env>"))
+    keep = ("task_id", "step", "action_valid", "state_hash", "context_hashes", "won", "score")
+    return ("ok", obs, {k: info[k] for k in keep})
+
+
+@pytest.mark.parametrize("kwargs", RESET_BATTERY, ids=lambda k: json.dumps(k, default=str))
+def test_every_reset_argument_is_answered_as_the_local_env_answers_it(kwargs):
+    """Issue 49 item 7: ``reset(seed=True)`` raised an undocumented OpenEnvError through a served env (the
+    server refused a bool seed that gymnasium, and so every local env, takes). Each argument now gets the
+    local answer: the same first observation and structure, or the same error."""
+    env_id = "stratagym/SearchStrata-v0"
+    srv = serve_in_thread(create_server_app(env_id, max_concurrent_envs=2, idle_timeout_s=None))
+    local = gym.make(env_id)
+    task_ids = list(local.unwrapped.task_ids())
+    remote = gym.make(OPENENV, base_url=srv.url, tasks=task_ids)
+    try:
+        a, b = _outcome(local, kwargs), _outcome(remote, kwargs)
+        if "seed" not in kwargs and a[0] == "ok":  # an unseeded reset draws its task: compare the kind only
+            assert b[0] == "ok"
+        else:
+            assert a == b
+    finally:
+        local.close()
+        remote.close()
         srv.stop()

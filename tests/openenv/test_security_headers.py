@@ -10,7 +10,8 @@ import json
 import httpx
 
 from stratagym.envs.search_qa.index import make_retriever
-from stratagym.envs.search_qa.server import create_app as retrieval_app, serve_in_thread
+from stratagym.envs.search_qa.server import create_app as retrieval_app
+from stratagym.serving import serve_in_thread
 from stratagym.envs.webshop.text_env import build_site
 from stratagym.envs.webshop.web import create_app as webshop_app
 

@@ -17,7 +17,8 @@ import pytest
 from openenv.core.generic_client import GenericEnvClient
 
 import stratagym
-from stratagym.envs.openenv.server import create_server_app, serve_in_thread
+from stratagym.interop.openenv.server import create_server_app
+from stratagym.serving import serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_ID = "stratagym/SearchStrata-v0"

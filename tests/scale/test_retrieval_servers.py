@@ -24,7 +24,8 @@ pytest.importorskip("uvicorn")
 from stratagym.agents.policy import Generation  # noqa: E402
 from stratagym.envs.search_qa.index import make_retriever  # noqa: E402
 from stratagym.envs.search_qa.retrievers.remote import RemoteRetriever  # noqa: E402
-from stratagym.envs.search_qa.server import create_app, serve_in_thread  # noqa: E402
+from stratagym.envs.search_qa.server import create_app  # noqa: E402
+from stratagym.serving import serve_in_thread
 from stratagym.training.rollout import InProcessPool, RolloutCollector  # noqa: E402
 
 ENV = "stratagym/SearchQA-v0"

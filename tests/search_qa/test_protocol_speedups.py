@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratagym.envs import core, speedups
+from stratagym.envs import hashing, speedups
 from stratagym.envs.search_qa import protocol
 from stratagym.envs.search_qa.env import PASSAGE_TABLE, SearchQAEnv
 
@@ -97,7 +97,7 @@ def test_format_block_equals_python(contents, as_tuple):
     seq = tuple(contents) if as_tuple else contents
     observation = protocol.information_block(protocol.format_passages(contents))
     got = C.format_block(seq)
-    assert got == (observation, core._stable_hash_py(observation))
+    assert got == (observation, hashing._stable_hash_py(observation))
     assert _same_str(got[0], observation)
     assert protocol.format_block(contents) == got  # the Python reference
 
@@ -116,7 +116,7 @@ def test_format_block_known_answers_and_edges():
     for contents, body in cases.items():
         observation = f"\n\n<information>{body}</information>\n\n"
         got = C.format_block(list(contents))
-        assert got == (observation, core._stable_hash_py(observation)) and _same_str(got[0], observation)
+        assert got == (observation, hashing._stable_hash_py(observation)) and _same_str(got[0], observation)
     many = [f"t{i}\nbody {i}" for i in range(64)]
     assert C.format_block(many) == protocol.format_block(many)  # "Doc 10" .. "Doc 64"
 
@@ -180,7 +180,7 @@ def test_assemble_block_survives_keys_that_change_the_list_or_the_table():
     text, digest = C.assemble_block(pieces, ["a", ReplacesAPiece()])
     old = "A" * 50 + "\u00e9"
     assert text == f"\n\n<information>Doc 1{old}Doc 2B</information>\n\n"
-    assert digest == core._digest_py(b"<information>Doc 1" + old.encode() + b" Doc 2b</information>")
+    assert digest == hashing._digest_py(b"<information>Doc 1" + old.encode() + b" Doc 2b</information>")
 
 
 KNOWN = [

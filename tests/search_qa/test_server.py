@@ -11,7 +11,8 @@ from stratagym.envs.search_qa.env import SearchQAEnv
 from stratagym.envs.search_qa.index import make_retriever
 from stratagym.envs.search_qa.retrievers.base import RetrievalError, Retriever
 from stratagym.envs.search_qa.retrievers.remote import RemoteRetriever
-from stratagym.envs.search_qa.server import ServerLimits, create_app, serve_in_thread
+from stratagym.envs.search_qa.server import ServerLimits, create_app
+from stratagym.serving import serve_in_thread
 
 
 @pytest.fixture(scope="module")

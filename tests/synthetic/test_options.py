@@ -10,7 +10,7 @@ import math
 import pytest
 
 from stratagym.envs.core import ConfigError
-from stratagym.envs.registry import load_object
+from stratagym.objects import load_object
 from stratagym.envs.synthetic import ENV_SPECS
 from stratagym.envs.synthetic._base import IntOption, RealOption, SyntheticEnv
 

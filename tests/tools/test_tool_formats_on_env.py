@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.envs.tool_calls import ToolCall, get_tool_parser
+from stratagym.envs.tools import ToolCall, get_tool_parser
 from tests.tools.test_tool_parsers_families import (ARG, CALL, CEND, DS_CALL, DS_CALLS, DS_CEND, DS_END, DS_SEP, END,
                                                     SEC, ds)
 

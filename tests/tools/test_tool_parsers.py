@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.envs.tool_calls import ToolCall, get_tool_parser, tool_parsers
+from stratagym.envs.tools import ToolCall, get_tool_parser, tool_parsers
 
 
 

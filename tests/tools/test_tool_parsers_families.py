@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.envs.tool_calls import ToolCall, get_tool_parser
+from stratagym.envs.tools import ToolCall, get_tool_parser
 
 S, A = ToolCall("search", {"query": "x"}), ToolCall("answer", {"text": "y"})
 QX, TY = '{"query": "x"}', '{"text": "y"}'  # their arguments as JSON

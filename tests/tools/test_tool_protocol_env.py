@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import stratagym  # noqa: F401  (registers the envs)
 from stratagym.envs.core import EpisodeKey
 from stratagym.envs.registry import make_agent
-from stratagym.envs.tool_calls import ToolCall, format_call, get_tool_parser, tool_set_for
+from stratagym.envs.tools import ToolCall, format_call, get_tool_parser
+from stratagym.envs.registry import tool_set_for
 from stratagym.errors import ConfigError
 
 QA = "stratagym/SearchQA-v0"
@@ -257,9 +258,9 @@ def test_the_schemas_are_those_trl_environment_factory_reads():
     methods with the same generator (transformers' get_json_schema)."""
     from transformers.utils import get_json_schema
 
-    from stratagym.envs.alfworld.trl import ALFWorldTRLEnv
-    from stratagym.envs.search_qa.trl import SearchQATRLEnv
-    from stratagym.envs.webshop.trl import WebShopTRLEnv
+    from stratagym.interop.trl.alfworld import ALFWorldTRLEnv
+    from stratagym.interop.trl.search_qa import SearchQATRLEnv
+    from stratagym.interop.trl.webshop import WebShopTRLEnv
 
     for cls in (SearchQATRLEnv, ALFWorldTRLEnv, WebShopTRLEnv):
         ours = tool_set_for(cls.env_id).schemas()

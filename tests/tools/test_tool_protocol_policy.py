@@ -20,7 +20,7 @@ from stratagym.agents.policy import GenerationRequest, Turn
 from stratagym.agents.prompts import TOOLS, template_for_env
 from stratagym.agents.tiny_lm import tiny_lm_path
 from stratagym.agents.tool_messages import chat_template_has_tools, openai_messages
-from stratagym.envs.tool_calls import format_call
+from stratagym.envs.tools import format_call
 from stratagym.errors import ConfigError
 from stratagym.training.rollout import InProcessPool, play
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stratagym  # noqa: F401  (registers the envs)
-from stratagym.envs.tool_calls import ToolCall, ToolSet
-from stratagym.envs.tool_schema import ArgumentChecker
+from stratagym.envs.tools import ToolCall, ToolSet
+from stratagym.envs.tools import ArgumentChecker
 from stratagym.errors import ConfigError
 
 

@@ -32,7 +32,7 @@ import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these o
 import stratagym  # noqa: E402,F401  (registers the envs)
 from stratagym.agents.llm import LLMConfig, LLMPolicy, load_chat_template  # noqa: E402
 from stratagym.agents.policy import GenerationRequest, Turn  # noqa: E402
-from stratagym.envs.tool_calls import format_call  # noqa: E402
+from stratagym.envs.tools import format_call  # noqa: E402
 from tests.vllm_backend.test_vllm_serve import Server  # noqa: E402
 
 QA = "stratagym/SearchQA-v0"

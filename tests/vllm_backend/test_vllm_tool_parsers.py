@@ -16,7 +16,8 @@ pytestmark = pytest.mark.vllm
 
 import vllm  # noqa: E402,F401  (tests/vllm_backend/conftest.py collects these only where vLLM is installed)
 
-from stratagym.envs.tool_calls import ToolCall, get_tool_parser, tool_set_for  # noqa: E402
+from stratagym.envs.registry import tool_set_for  # noqa: E402
+from stratagym.envs.tools import ToolCall, get_tool_parser  # noqa: E402
 from tests.tools.test_tool_formats_on_env import FORMATS as ALL_FORMATS  # noqa: E402
 from tests.tools.test_tool_parsers_families import (  # noqa: E402
     ARG, CALL, CEND, DS_CALLS, DS_END, END, QX, SEC, TY, ds,

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 
-from stratagym.envs.core import EpisodeKey
+from stratagym.envs.episode import EpisodeKey
 from stratagym.errors import ConfigError
 
 __all__ = ["PlannerExpertAgent", "HandCodedExpertAgent"]

@@ -1,9 +1,9 @@
-"""ALFWorld's tool (the ``tools`` protocol, :mod:`stratagym.envs.tool_calls`): ``act(command)``; the
+"""ALFWorld's tool (the ``tools`` protocol, :mod:`stratagym.envs.tools`): ``act(command)``; the
 admissible commands stay in the observation's ``info`` as under the tag protocol."""
 
 from __future__ import annotations
 
-from stratagym.envs.tool_calls import ToolSet
+from stratagym.envs.tools import ToolSet
 
 __all__ = ["TOOLS", "act"]
 

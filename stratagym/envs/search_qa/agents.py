@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 
-from stratagym.envs.core import EpisodeKey
+from stratagym.envs.episode import EpisodeKey
 from stratagym.envs.search_qa.data import load_qa
 
 __all__ = ["OracleAgent", "NoSearchAgent"]

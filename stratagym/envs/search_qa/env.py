@@ -99,7 +99,7 @@ class SearchQAEnv(TextEnv):
       ``<search>``/``<answer>`` as closed (for generators that strip the stop string);
     * ``prompt_template`` -- with a ``{question}`` field (Search-R1's by default);
     * ``protocol`` -- ``"tags"`` (Search-R1's, default) or ``"tools"``: the tools ``search(query)`` and
-      ``answer(text)`` called as ``<tool_call>`` JSON (:mod:`stratagym.envs.tool_calls`), read by the
+      ``answer(text)`` called as ``<tool_call>`` JSON (:mod:`stratagym.envs.tools`), read by the
       ``tool_parser`` named (``"hermes"``); the same searches, answers, rewards and hashes.
     """
 

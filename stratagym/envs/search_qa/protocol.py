@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from stratagym.envs import core, speedups
-from stratagym.envs.core import normalize_text, stable_hash
+from stratagym.envs import hashing, speedups
+from stratagym.envs.hashing import normalize_text, stable_hash
 
 __all__ = [
     "STOP_STRINGS",
@@ -358,15 +358,15 @@ def question_from_prompt(prompt: str) -> str:
 
 def _bind_speedups(module: Any) -> None:
     """Point this module's hot-path names at the C twins in ``module``, or at the Python references
-    (``_digest`` follows core's, bound first)."""
+    (``_digest`` follows the hashing module's, bound first)."""
     global _parse_turn_c, _digest, _assemble_block, _format_block
     _parse_turn_c = None if module is None else module.parse_turn
     _assemble_block = None if module is None else module.assemble_block
     _format_block = None if module is None else module.format_block
-    _digest = core._digest
+    _digest = hashing._digest
 
 
-_digest = core._digest
+_digest = hashing._digest
 _assemble_block = _format_block = None
 speedups.bind(_bind_speedups)
 

@@ -21,17 +21,15 @@ a retriever exception becomes a 503 with the reason, which clients retry elsewhe
 
 # No `from __future__ import annotations`: FastAPI must see the request model class itself, not a string.
 import asyncio
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
-from stratagym.envs.security import SecurityHeaders
+from stratagym.serving import SecurityHeaders
 
-__all__ = ["create_app", "MicroBatcher", "serve_in_thread", "run_server", "ServerLimits"]
+__all__ = ["create_app", "MicroBatcher", "run_server", "ServerLimits"]
 
 
 @dataclass(frozen=True)
@@ -226,32 +224,6 @@ def _safe_error(err: dict[str, Any]) -> dict[str, Any]:
         return str(x).encode("utf-8", "backslashreplace").decode("utf-8")[:200]
 
     return {"loc": [clean(p) for p in err.get("loc", ())], "msg": clean(err.get("msg", "invalid")), "type": clean(err.get("type", ""))}
-
-
-class _ThreadServer:
-    def __init__(self, server: Any, thread: threading.Thread, url: str):
-        self.server, self.thread, self.url = server, thread, url
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout)
-
-
-def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, *, timeout: float = 30.0) -> _ThreadServer:
-    """Run ``app`` under uvicorn in a daemon thread (tests, benchmarks, notebooks); ``port=0`` picks a free one."""
-    import uvicorn
-
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="retrieval-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"retrieval server did not start on {host}:{port}")
-        time.sleep(0.01)
-    sock = server.servers[0].sockets[0].getsockname()
-    return _ThreadServer(server, thread, f"http://{sock[0]}:{sock[1]}")
 
 
 def run_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, limits: ServerLimits = ServerLimits()) -> None:

@@ -1,11 +1,11 @@
-"""SearchQA's tools (the ``tools`` protocol, :mod:`stratagym.envs.tool_calls`): ``search(query)`` and
+"""SearchQA's tools (the ``tools`` protocol, :mod:`stratagym.envs.tools`): ``search(query)`` and
 ``answer(text)``. Each function writes the Search-R1 turn it stands for; the env itself runs a call
 straight through its own search and answer steps (``SearchQAEnv._call_tool``), so text inside an
 argument is never re-read as tags."""
 
 from __future__ import annotations
 
-from stratagym.envs.tool_calls import ToolCall, ToolSet
+from stratagym.envs.tools import ToolCall, ToolSet
 
 __all__ = ["TOOLS", "search", "answer"]
 

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from stratagym.envs.core import EpisodeKey, EpisodeRngs
+from stratagym.envs.episode import EpisodeKey, EpisodeRngs
 
 
 class OracleAgent:

@@ -1,10 +1,10 @@
-"""The synthetic envs' tool (the ``tools`` protocol, :mod:`stratagym.envs.tool_calls`): ``act(action)``
+"""The synthetic envs' tool (the ``tools`` protocol, :mod:`stratagym.envs.tools`): ``act(action)``
 with one of the env's bracketed actions (``search[...]``, ``answer[...]``, ``go[...]``...), which the env
 lists in ``info["admissible_actions"]`` as under the tag protocol."""
 
 from __future__ import annotations
 
-from stratagym.envs.tool_calls import ToolSet
+from stratagym.envs.tools import ToolSet
 
 __all__ = ["TOOLS", "act"]
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from stratagym.envs.core import EpisodeKey, EpisodeRngs
+from stratagym.envs.episode import EpisodeKey, EpisodeRngs
 from stratagym.envs.webshop.reward import normalize_color, token_set_ratio
 from stratagym.envs.webshop.site import BACK_TO_SEARCH, END_BUTTON, NEXT_PAGE, PREV_PAGE, SUB_PAGES
 

@@ -143,9 +143,10 @@ class WebShopBrowserEnv(WebShopEnvBase):
     @property
     def base_url(self) -> str:
         if self._base_url is None:
-            from stratagym.envs.webshop.web import ServerThread, create_app
+            from stratagym.envs.webshop.web import create_app
+            from stratagym.serving import serve_in_thread
 
-            self._server = ServerThread(create_app(self.site, split="all"))
+            self._server = serve_in_thread(create_app(self.site, split="all"), name="webshop-server")
             self._base_url = self._server.url
         return self._base_url
 
@@ -173,7 +174,7 @@ class WebShopBrowserEnv(WebShopEnvBase):
             shutil.rmtree(self._profile, ignore_errors=True)
             self._profile = None
         if self._server is not None:
-            self._server.shutdown()
+            self._server.stop()
             self._server = None
         super().close()
 

@@ -28,14 +28,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from rich.console import Console
 
         from stratagym.envs.webshop.site_config import SiteConfig, build_site
-        from stratagym.envs.webshop.web import ServerThread, create_app
+        from stratagym.envs.webshop.web import create_app
+        from stratagym.serving import serve_in_thread
 
         console = Console()
         site = build_site(SiteConfig(data_dir=data_dir, items_path=items_path, attrs_path=attrs_path,
                                      human_ins_path=human_ins_path, search_backend=search_backend, show_attrs=show_attrs))
         if host not in ("127.0.0.1", "localhost", "::1"):
             console.print(f"[yellow]warning[/yellow]: binding {esc(host)} exposes the site beyond this machine")
-        server = ServerThread(create_app(site, split=split), host=host, port=port)
+        server = serve_in_thread(create_app(site, split=split), host, port, name="webshop-server")
         console.print(
             f"WebShop: {len(site.catalog.products)} products, {len(site.catalog.task_ids(split))} goals ({split}); "
             f"open {server.url}/ (Ctrl-C stops)"
@@ -47,4 +48,4 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         except KeyboardInterrupt:
             pass
         finally:
-            server.shutdown()
+            server.stop()

@@ -1,9 +1,9 @@
-"""WebShop's tool (the ``tools`` protocol, :mod:`stratagym.envs.tool_calls`): ``act(command)`` with
+"""WebShop's tool (the ``tools`` protocol, :mod:`stratagym.envs.tools`): ``act(command)`` with
 WebShop's own commands; the clickable elements stay in ``info["admissible_actions"]``."""
 
 from __future__ import annotations
 
-from stratagym.envs.tool_calls import ToolSet
+from stratagym.envs.tools import ToolSet
 
 __all__ = ["TOOLS", "act"]
 

@@ -37,10 +37,10 @@ from urllib.parse import urlencode, quote
 from flask import Flask, abort, redirect, render_template, request
 from markupsafe import escape
 
-from stratagym.envs.security import add_flask_security_headers
+from stratagym.serving import add_flask_security_headers
 from stratagym.envs.webshop.site import Page, ShopSite, View
 
-__all__ = ["create_app", "ServerThread", "view_url"]
+__all__ = ["create_app", "view_url"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: The pages need their inline <style>, a data: favicon and forms posting back here; no script at all.
@@ -245,29 +245,3 @@ def create_app(site: ShopSite, *, split: str = "all") -> Flask:
         return {"task_id": s.task_id, "searches": s.searches, "done": s.done, "score": s.score, "purchased": s.purchased}
 
     return app
-
-
-class ServerThread:
-    """Serve a WSGI app on ``host:port`` (port 0: a free one) from a daemon thread."""
-
-    def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = 0):
-        from werkzeug.serving import WSGIRequestHandler, make_server
-
-        class QuietHandler(WSGIRequestHandler):
-            def log_request(self, *args: Any, **kwargs: Any) -> None:  # no per-request lines on stderr
-                pass
-
-        self._server = make_server(host, port, app, threaded=True, request_handler=QuietHandler)
-        self.host = host
-        self.port = self._server.server_port
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webshop-server", daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def shutdown(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from stratagym.agents.policy import Generation, GenerationRequest, Policy, Turn
-from stratagym.envs.core import EpisodeKey
+from stratagym.envs.episode import EpisodeKey
 from stratagym.errors import ConfigError
 from stratagym.training.rollout.pools import InProcessPool
 from stratagym.training.rollout.records import DROP_INFO, RolloutBatch, StepRecord, Trajectory

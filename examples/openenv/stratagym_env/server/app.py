@@ -2,7 +2,7 @@
 
 Why this file exists: OpenEnv's tooling (``openenv validate``, ``openenv serve``, ``uv run server``)
 expects ``server/app.py`` with an ``app`` and a ``main()``. The app is stratagym's adapter
-(:func:`stratagym.envs.openenv.server.create_server_app`, openenv-core's ``create_app`` inside), the same
+(:func:`stratagym.interop.openenv.server.create_server_app`, openenv-core's ``create_app`` inside), the same
 one ``stratagym serve env`` runs. Configuration by environment variables, as in a container:
 ``STRATAGYM_ENV_ID`` (default ``stratagym/SearchQA-v0``), ``STRATAGYM_ENV_KWARGS`` (a JSON object),
 ``STRATAGYM_MAX_CONCURRENT_ENVS`` (default 8), ``STRATAGYM_IDLE_TIMEOUT`` (seconds, default 600).
@@ -11,7 +11,7 @@ one ``stratagym serve env`` runs. Configuration by environment variables, as in 
 import json
 import os
 
-from stratagym.envs.openenv.server import create_server_app
+from stratagym.interop.openenv.server import create_server_app
 
 app = create_server_app(
     os.environ.get("STRATAGYM_ENV_ID", "stratagym/SearchQA-v0"),

@@ -7,8 +7,8 @@ different states unless ``reset`` derives the start from a shared key: here ``re
 ``task_id`` (and ``seed``) and passes them to the env's own ``reset(seed=, options={"task_id": ...})``, so
 every member of a group starts from the same observation.
 
-The classes are thin: each family's subclass (``search_qa/trl.py``, ``alfworld/trl.py``,
-``webshop/trl.py``) only turns a tool call into the env's action text; the env does the rest (no copy of
+The classes are thin: each family's subclass (``trl/search_qa.py``, ``trl/alfworld.py``,
+``trl/webshop.py``) only turns a tool call into the env's action text; the env does the rest (no copy of
 its logic). ``last_info`` keeps stratagym's info schema (hashes, counts) for whoever wants the structure.
 """
 

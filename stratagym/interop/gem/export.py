@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 import gymnasium
 
-from stratagym.envs.core import EpisodeKey
-from stratagym.envs.gem.compat import import_gem
+from stratagym.envs.episode import EpisodeKey
+from stratagym.interop.gem.compat import import_gem
 from stratagym.envs.random_agent import RandomAgent
 
 gem = import_gem()

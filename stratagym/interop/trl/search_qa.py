@@ -1,9 +1,9 @@
 """SearchQA for TRL's ``environment_factory``: tools ``search(query)`` and ``answer(text)`` (see
-:mod:`stratagym.envs.trl_tools`); each becomes the env's own action text, Search-R1's tags."""
+:mod:`stratagym.interop.trl.tools`); each becomes the env's own action text, Search-R1's tags."""
 
 from __future__ import annotations
 
-from stratagym.envs.trl_tools import TRLToolEnv
+from stratagym.interop.trl.tools import TRLToolEnv
 
 __all__ = ["SearchQATRLEnv"]
 

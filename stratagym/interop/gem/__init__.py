@@ -11,14 +11,14 @@ __all__ = ["ENV_SPECS", "register_all"]
 ENV_SPECS = [
     EnvSpec(
         id="stratagym/GEM-v0",
-        entry_point="stratagym.envs.gem.gem_env:GEMTextEnv",
+        entry_point="stratagym.interop.gem.gem_env:GEMTextEnv",
         description="Any GEM env (gem.make(gem_id)) as a stratagym env; task ids are GEM reset seeds "
                     "(default gem_id: game:GuessTheNumber-v0-easy).",
         requires=("gem",),
         extra="gem",
         reward="the GEM env's own reward (gem_id's)",
         libraries=("gem-llm", "reasoning-gym"),  # GEM's envs are its code: their versions are the behaviour
-        cli="stratagym.envs.gem.cli",  # `stratagym envs check-gem`
+        cli="stratagym.interop.gem.cli",  # `stratagym envs check-gem`
     ),
 ]
 
@@ -29,6 +29,6 @@ def register_all() -> list[str]:
     Why a function: GEM 0.1.0 has no plug-in discovery (its registry is a dict filled by ``gem.register``
     calls at import), so a user calls this once after ``import gem``. Idempotent; returns the ids added.
     """
-    from stratagym.envs.gem.export import register_all as _register_all
+    from stratagym.interop.gem.export import register_all as _register_all
 
     return _register_all()

@@ -11,7 +11,7 @@ and drift from it. Two adjustments, both stratagym's rules of a turn:
 * ``"nullable": true``, the OpenAPI spelling ``get_json_schema`` writes for ``Optional[...]``, is read as
   ``null`` being allowed (JSON Schema itself ignores the keyword).
 
-Reasons never echo the model's text except plain-identifier names (:func:`~stratagym.envs.tool_calls.shown_name`):
+Reasons never echo the model's text except plain-identifier names (:func:`~stratagym.envs.tools.calls.shown_name`):
 values from the schema (types, enum members, bounds) are shown, the model's values only by their JSON kind.
 """
 
@@ -21,6 +21,7 @@ import copy
 import json
 from typing import Any, Mapping
 
+from stratagym.envs.tools.calls import shown_name
 from stratagym.errors import ConfigError
 
 __all__ = ["ArgumentChecker", "json_kind"]
@@ -49,8 +50,6 @@ def _nullable_to_null(schema: Any) -> None:
 
 def _where(path: list[Any]) -> str:
     """A path inside an argument, shown only through indices and plain identifiers (keys may be model text)."""
-    from stratagym.envs.tool_calls import shown_name
-
     return "".join(f"[{p}]" if isinstance(p, int) else f".{shown_name(p).strip(chr(39))}" for p in path)
 
 
@@ -86,8 +85,6 @@ class ArgumentChecker:
 
         The first problem by a fixed order: an argument the tool does not take, then a missing one, then the
         arguments in the order the call wrote them (shallowest failure first)."""
-        from stratagym.envs.tool_calls import shown_name
-
         for key in arguments:
             if key not in self.properties:
                 return (f"{self.name} takes no argument {shown_name(key)}; its arguments are "

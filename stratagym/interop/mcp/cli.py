@@ -1,5 +1,5 @@
 """``stratagym serve mcp ENV_ID``: an env's tools as an MCP server over streamable HTTP
-(:mod:`stratagym.envs.mcp_server`). Heavy imports stay inside the command; errors the user can fix (unknown
+(:mod:`stratagym.interop.mcp.server`). Heavy imports stay inside the command; errors the user can fix (unknown
 env, an env without tools, ``-E protocol=tags``, fastmcp missing) are ``ConfigError`` lines, exit 2."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def serve_mcp(
     from rich.console import Console
 
     from stratagym.display import esc
-    from stratagym.envs.mcp_server import create_mcp_server
-    from stratagym.envs.openenv.cli import parse_env_kwargs
+    from stratagym.interop.mcp.server import create_mcp_server
+    from stratagym.interop.openenv.cli import parse_env_kwargs
 
     try:
         import uvicorn

@@ -7,11 +7,11 @@ from stratagym.envs.registry import EnvSpec
 ENV_SPECS = [
     EnvSpec(
         id="stratagym/OpenEnv-v0",
-        entry_point="stratagym.envs.openenv.client_env:OpenEnvTextEnv",
+        entry_point="stratagym.interop.openenv.client_env:OpenEnvTextEnv",
         description="Any OpenEnv server as a stratagym env (base_url=, tasks=); with no URL, a loopback server "
                     "around serve_env_id (default stratagym/SearchStrata-v0).",
         requires=("openenv",),
         extra="openenv",
-        cli="stratagym.envs.openenv.cli",  # `stratagym serve env`, `stratagym envs check-openenv`
+        cli="stratagym.interop.openenv.cli",  # `stratagym serve env`, `stratagym envs check-openenv`
     ),
 ]

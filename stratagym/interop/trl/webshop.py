@@ -1,8 +1,8 @@
-"""WebShop for TRL's ``environment_factory``: one tool, ``act(command)`` (see :mod:`stratagym.envs.trl_tools`)."""
+"""WebShop for TRL's ``environment_factory``: one tool, ``act(command)`` (see :mod:`stratagym.interop.trl.tools`)."""
 
 from __future__ import annotations
 
-from stratagym.envs.trl_tools import TRLToolEnv
+from stratagym.interop.trl.tools import TRLToolEnv
 
 __all__ = ["WebShopTRLEnv"]
 

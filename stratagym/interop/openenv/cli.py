@@ -52,7 +52,7 @@ def serve_env(
     try:
         import uvicorn
 
-        from stratagym.envs.openenv.server import create_server_app
+        from stratagym.interop.openenv.server import create_server_app
     except ImportError as exc:
         raise ConfigError(f"serving OpenEnv needs openenv-core: pip install 'stratagym[openenv]' ({exc})") from None
     from rich.console import Console
@@ -86,7 +86,7 @@ def check_openenv(
     """Contract, fuzz and determinism checks (and a soak) against any OpenEnv server, through stratagym/OpenEnv-v0."""
     from rich.console import Console
 
-    from stratagym.envs.openenv.check import check_server, soak
+    from stratagym.interop.openenv.check import check_server, soak
 
     console = Console()
     tasks = [_task(t) for t in task] or None

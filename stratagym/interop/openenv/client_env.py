@@ -97,7 +97,8 @@ class OpenEnvTextEnv(TextEnv):
         return super().reset(seed=seed, options=options)
 
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
-        seed = self._reset_seed if self._reset_seed is not None else int(self.np_random.integers(2**31 - 1))
+        # gymnasium has checked the caller's seed by now (an int >= 0, a bool among them): sent as the int it is
+        seed = int(self._reset_seed) if self._reset_seed is not None else int(self.np_random.integers(2**31 - 1))
         kwargs = {"seed": seed, **self._tasks[task_id]}
         payload = self._call("reset", lambda c: c.reset(**kwargs))
         text, info, reward, done, _ = self._parse(payload, "reset")
@@ -297,7 +298,8 @@ def _loopback_server(env_id: str, kwargs: dict[str, Any]) -> tuple[str, list[str
         if key not in _SERVERS:
             import gymnasium as gym
 
-            from stratagym.envs.openenv.server import create_server_app, serve_in_thread
+            from stratagym.interop.openenv.server import create_server_app
+            from stratagym.serving import serve_in_thread
 
             probe = gym.make(env_id, **kwargs)
             try:
@@ -305,6 +307,6 @@ def _loopback_server(env_id: str, kwargs: dict[str, Any]) -> tuple[str, list[str
             finally:
                 probe.close()
             app = create_server_app(env_id, kwargs, max_concurrent_envs=256, idle_timeout_s=600.0)
-            _SERVERS[key] = (serve_in_thread(app), task_ids)
+            _SERVERS[key] = (serve_in_thread(app, name="openenv-server"), task_ids)
         server, task_ids = _SERVERS[key]
         return server.url, task_ids

@@ -6,7 +6,7 @@ gives and what stratagym fills from it:
 
 * **Tasks.** A GEM env has no task ids: an instance is defined by its reset seed. Task ``seed-k`` is
   ``reset(seed=k)`` (``tasks``: how many, or the list of seeds); G copies of one task start identically.
-  For a stratagym env under GEM (``gem_id="stratagym/..."``, see :mod:`stratagym.envs.gem.export`) the
+  For a stratagym env under GEM (``gem_id="stratagym/..."``, see :mod:`stratagym.interop.gem.export`) the
   tasks are that env's own.
 * **Observations.** GEM's game envs put the board in ``info["suffix"]`` (and sometimes a ``prefix``),
   which GEM's ObservationWrapper adds around the text (gem/wrappers/observation_wrapper.py:132-135); the
@@ -25,7 +25,7 @@ gives and what stratagym fills from it:
   lists none; ``random_action`` asks GEM's ``sample_random_action``).
 
 GEM's envs use the process-global random generators; each GEMTextEnv keeps its own copy of them
-(:class:`~stratagym.envs.gem.compat.PrivateGlobalRandom`: ``random`` around every call into GEM,
+(:class:`~stratagym.interop.gem.compat.PrivateGlobalRandom`: ``random`` around every call into GEM,
 ``numpy.random`` around construction and reset, where GEM reseeds it), so episodes do not depend on
 batch-mates and GEM never reseeds the caller's generators. A third-party GEM env that draws from the global
 ``numpy.random`` inside ``step`` would still share that stream with its batch-mates. An exception inside GEM's ``step`` (agent text it did not
@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from stratagym.envs.core import INFO_KEYS, ConfigError, StepResult, TextEnv
-from stratagym.envs.gem.compat import GEM_EXTRA_HINT, PrivateGlobalRandom, import_gem
+from stratagym.interop.gem.compat import GEM_EXTRA_HINT, PrivateGlobalRandom, import_gem
 
 __all__ = ["GEMTextEnv", "DEFAULT_GEM_ID"]
 
@@ -74,7 +74,7 @@ class GEMTextEnv(TextEnv):
         gem = import_gem()
         from gem.utils.constants import LanguageGameReward
 
-        from stratagym.envs.gem.export import StrataGemEnv, register_all
+        from stratagym.interop.gem.export import StrataGemEnv, register_all
 
         if not isinstance(gem_id, str) or not gem_id:
             raise ConfigError(f"gem_id must be a GEM env id such as {DEFAULT_GEM_ID!r}, got {gem_id!r}")

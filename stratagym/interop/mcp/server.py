@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any, Callable, Mapping, Optional
 
 from stratagym.errors import ConfigError
+from stratagym.serving import LoopbackServer, serve_in_thread
 
 __all__ = ["EpisodeHost", "create_mcp_server", "serve_mcp_in_thread", "RESET_SCHEMA"]
 
@@ -60,7 +60,7 @@ class EpisodeHost:
         if kwargs.get("tool_parser", "hermes") != "hermes":
             raise ConfigError("an MCP server passes structured calls to the env; drop tool_parser (hermes is used)")
         kwargs.update(protocol="tools", tool_parser="hermes")
-        from stratagym.envs.tool_calls import tool_set_for
+        from stratagym.envs.registry import tool_set_for
 
         self.schemas: list[dict[str, Any]] = tool_set_for(env_id).schemas()  # an env without tools: ConfigError
         self.env_id = env_id
@@ -73,7 +73,7 @@ class EpisodeHost:
     def reset(self, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """Start an episode from the ``reset`` tool's arguments (checked against :data:`RESET_SCHEMA`): its
         first observation and a JSON-safe ``info``. Bad arguments or an unknown task: ConfigError."""
-        from stratagym.envs.tool_schema import ArgumentChecker
+        from stratagym.envs.tools import ArgumentChecker
 
         problem = ArgumentChecker("reset", RESET_SCHEMA).problem(arguments)
         if problem:
@@ -89,7 +89,7 @@ class EpisodeHost:
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """One env step for a call to the env tool ``name``: the observation and the step's structured result."""
-        from stratagym.envs.tool_calls import format_call
+        from stratagym.envs.tools import format_call
 
         with self._lock:
             if not self._live:
@@ -145,32 +145,8 @@ def create_mcp_server(env_id: str, env_kwargs: Optional[Mapping[str, Any]] = Non
     return server
 
 
-class MCPLoopback:
-    """An MCP server over streamable HTTP, served by uvicorn from a daemon thread; ``url`` ends in ``/mcp``."""
-
-    def __init__(self, server: Any, thread: threading.Thread, url: str, host: EpisodeHost):
-        self._uvicorn, self.thread, self.url, self.episode_host = server, thread, url, host
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._uvicorn.should_exit = True
-        self.thread.join(timeout)
-        self.episode_host.close()
-
-
-def serve_mcp_in_thread(mcp: Any, host: str = "127.0.0.1", port: int = 0, *, timeout: float = 30.0) -> MCPLoopback:
+def serve_mcp_in_thread(mcp: Any, host: str = "127.0.0.1", port: int = 0, *, timeout: float = 30.0) -> LoopbackServer:
     """Serve ``mcp`` (from :func:`create_mcp_server`) over streamable HTTP at ``http://host:port/mcp`` from a
-    daemon thread; ``port=0`` picks a free port. Returns once it listens."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(mcp.http_app(), host=host, port=port, log_level="warning",
-                                           access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, name="mcp-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError(f"the MCP server did not start on {host}:{port}")
-        time.sleep(0.01)
-    sock = server.servers[0].sockets[0].getsockname()
-    return MCPLoopback(server, thread, f"http://{sock[0]}:{sock[1]}/mcp", mcp.episode_host)
+    daemon thread; ``port=0`` picks a free port. Returns once it listens; ``stop()`` also closes its envs."""
+    return serve_in_thread(mcp.http_app(), host, port, name="mcp-server", timeout=timeout, path="/mcp",
+                           on_stop=mcp.episode_host.close)
