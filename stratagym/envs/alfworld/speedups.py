@@ -92,13 +92,50 @@ _installed = False
 
 _PARSE_CACHE: dict[tuple[str, str], list] = {}
 _QUERY_CACHE: dict[str, Any] = {}
-_SAS_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
-_SAS_CACHE_SIZE = int(os.environ.get("STRATAGYM_ALFWORLD_GAME_CACHE", "256") or 256)
-_LOGIC_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
-_LOGIC_CACHE_SIZE = _SAS_CACHE_SIZE
+_GAME_CACHE_SIZE = int(os.environ.get("STRATAGYM_ALFWORLD_GAME_CACHE", "256") or 256)
 _stats = {"parse_hits": 0, "parse_misses": 0, "query_hits": 0, "query_misses": 0, "sas_hits": 0, "sas_misses": 0,
           "logic_hits": 0, "logic_misses": 0, "logic_from_template": 0, "replan_deferred": 0, "replan_loaded": 0,
           "state_reused": 0}
+
+
+
+class _GameCache:
+    """The per-game results of one kind (``sas``: translations, ``logic``: parsed grammar files): an LRU
+    of at most ``_GAME_CACHE_SIZE`` entries (:func:`set_game_cache_size`) that counts its hits and misses
+    in ``_stats`` as ``<kind>_hits`` / ``<kind>_misses``."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.entries: "OrderedDict[tuple, Any]" = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def lookup(self, key: tuple) -> Any:
+        """The entry of ``key`` (now the most recently used) or None; counted as a hit or a miss."""
+        hit = self.entries.get(key)
+        if hit is None:
+            _stats[f"{self.kind}_misses"] += 1
+        else:
+            _stats[f"{self.kind}_hits"] += 1
+            self.entries.move_to_end(key)
+        return hit
+
+    def store(self, key: tuple, value: Any) -> None:
+        """Keep ``value`` for ``key``, dropping the least recently used entries past the bound."""
+        self.entries[key] = value
+        self.trim()
+
+    def trim(self) -> None:
+        while len(self.entries) > _GAME_CACHE_SIZE:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+_SAS_CACHE = _GameCache("sas")
+_LOGIC_CACHE = _GameCache("logic")
 
 #: The placeholder alfworld's ``add_task_to_grammar`` replaces with the task sentence.
 GRAMMAR_PLACEHOLDER = "UNKNOWN GOAL"
@@ -166,13 +203,12 @@ def set_game_cache_size(n_games: int) -> None:
     About 1 MB per game; the default 256 holds the bundled games and a few hundred real ones.
     Also read from ``$STRATAGYM_ALFWORLD_GAME_CACHE`` at import.
     """
-    global _SAS_CACHE_SIZE, _LOGIC_CACHE_SIZE
+    global _GAME_CACHE_SIZE
     if int(n_games) < 1:
         raise ValueError(f"the game cache needs at least 1 entry, got {n_games}")
-    _SAS_CACHE_SIZE = _LOGIC_CACHE_SIZE = int(n_games)
+    _GAME_CACHE_SIZE = int(n_games)
     for cache in (_SAS_CACHE, _LOGIC_CACHE):
-        while len(cache) > n_games:
-            cache.popitem(last=False)
+        cache.trim()
 
 
 def register_grammar_template(text: str) -> bool:
@@ -399,9 +435,8 @@ def install() -> None:
             if not is_active() or verbose:
                 return stock_pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
             key = (domain, problem, bool(optimize))
-            hit = _SAS_CACHE.get(key)
+            hit = _SAS_CACHE.lookup(key)
             if hit is None:
-                _stats["sas_misses"] += 1
                 # 4c. made before by any process of the machine: read from disk (see disk_cache)
                 use_disk = disk_cache.enabled(getattr(_STATE, "disk_cache", None))
                 if use_disk:
@@ -415,12 +450,7 @@ def install() -> None:
                         _STATE.fast_translate = False
                     if use_disk:
                         disk_cache.store(domain, problem, bool(optimize), hit[1])
-                _SAS_CACHE[key] = hit
-                while len(_SAS_CACHE) > _SAS_CACHE_SIZE:
-                    _SAS_CACHE.popitem(last=False)
-            else:
-                _stats["sas_hits"] += 1
-                _SAS_CACHE.move_to_end(key)
+                _SAS_CACHE.store(key, hit)
             return hit
 
         fast_downward.pddl2sas = pddl2sas
@@ -500,18 +530,12 @@ def install() -> None:
             if not is_active() or len(args) != 1 or set(kwargs) != {"rule_name"}:
                 return stock_logic_parse(*args, **kwargs)
             key = (args[0], kwargs["rule_name"])
-            hit = _LOGIC_CACHE.get(key)
+            hit = _LOGIC_CACHE.lookup(key)
             if hit is None:
-                _stats["logic_misses"] += 1
                 hit = from_template(args[0], kwargs["rule_name"]) if _TEMPLATES else None
                 if hit is None:
                     hit = stock_logic_parse(*args, **kwargs)
-                _LOGIC_CACHE[key] = hit
-                while len(_LOGIC_CACHE) > _LOGIC_CACHE_SIZE:
-                    _LOGIC_CACHE.popitem(last=False)
-            else:
-                _stats["logic_hits"] += 1
-                _LOGIC_CACHE.move_to_end(key)
+                _LOGIC_CACHE.store(key, hit)
             return hit
 
         pddl_logic._parse_and_convert = logic_parse_and_convert
