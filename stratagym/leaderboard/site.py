@@ -177,6 +177,17 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def _flat_table(css_class: str, value: Any) -> list[str]:
+    """``value`` as a two-column key/value table, nested keys joined with dots; nothing for an empty or
+    non-mapping value."""
+    if not isinstance(value, Mapping) or not value:
+        return []
+    flat: list[tuple[str, Any]] = []
+    _flat("", value, flat)
+    return [f'<table class="{css_class}">' + "".join(f'<tr><td class="t k">{_e(k)}</td><td class="t">{_e(_show(v))}</td></tr>'
+                                                     for k, v in flat) + "</table>"]
+
+
 def _task_type(ep: Mapping[str, Any]) -> str | None:
     extra = ep.get("extra")
     value = extra.get("task_type") if isinstance(extra, Mapping) else None
@@ -267,12 +278,7 @@ def _turn(step: Mapping[str, Any]) -> list[str]:
            '<div class="k">model response</div>', f'<pre class="text">{_e(text)}</pre>']
     if action != text:
         out += ['<div class="k">action sent</div>', f'<pre class="action">{_e(action)}</pre>']
-    info = step.get("info")
-    if isinstance(info, Mapping) and info:
-        flat: list[tuple[str, Any]] = []
-        _flat("", info, flat)
-        out.append('<table class="info">' + "".join(f'<tr><td class="t k">{_e(k)}</td><td class="t">{_e(_show(v))}</td></tr>'
-                                                    for k, v in flat) + "</table>")
+    out += _flat_table("info", step.get("info"))
     out.append("</li>")
     return out
 
@@ -287,12 +293,7 @@ def _episode(ep: Mapping[str, Any], transcript: Mapping[str, Any] | None) -> lis
                f'valid {_e(_show(ep.get("valid_ratio")))}' + (" · truncated" if ep.get("truncated") else ""))
     out = [f'<details class="episode" data-won="{1 if won else 0}" data-type="{_e(ttype or "")}" '
            f'data-task="{_e(ep.get("task_id"))}"><summary>{summary}</summary>']
-    extra = ep.get("extra")
-    if isinstance(extra, Mapping) and extra:
-        flat: list[tuple[str, Any]] = []
-        _flat("", extra, flat)
-        out.append('<table class="outcome">' + "".join(f'<tr><td class="t k">{_e(k)}</td><td class="t">{_e(_show(v))}</td></tr>'
-                                                       for k, v in flat) + "</table>")
+    out += _flat_table("outcome", ep.get("extra"))
     steps = transcript.get("steps") if isinstance(transcript, Mapping) else None
     if isinstance(steps, list) and steps:
         out.append('<ol class="turns" start="0">')
