@@ -398,6 +398,18 @@ def literal_plot_text() -> Any:
     return matplotlib.rc_context({"text.parse_math": False, "text.usetex": False})
 
 
+def save_figure(fig: Any, path: str | os.PathLike[str], *, dpi: int) -> None:
+    """Lay ``fig`` out and write it to ``path`` atomically (PNG); the figure is closed whether or not the
+    write succeeds."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    try:
+        atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi))
+    finally:
+        plt.close(fig)
+
+
 def _plot_metric(t: BoardTable, path: Path) -> None:
     with literal_plot_text():
         _draw_metric(t, path)
@@ -420,11 +432,7 @@ def _draw_metric(t: BoardTable, path: Path) -> None:
     ax.set_yticks(y, labels)
     ax.set_xlabel(f"{t.metric} (95% CI)")
     ax.set_title(f"{t.env} / {t.split}")
-    fig.tight_layout()
-    try:
-        atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=90))
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=90)
 
 
 def _points(curve: Any) -> list[tuple[float, float]]:
@@ -497,11 +505,7 @@ def _draw_training(records: Iterable[dict[str, Any]], path: Path) -> bool:
         ax.set_xlabel("training step")
         ax.set_ylabel("training reward")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=90))
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=90)
     return True
 
 

@@ -9,7 +9,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from stratagym.atomic import atomic_write_with
 
 __all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix", "md_cell",
            "registered_verdicts", "verdict_lines"]
@@ -114,7 +113,7 @@ def plot_curves(results: Mapping[str, Any], panels: Sequence[tuple[str, str]], p
     import matplotlib.pyplot as plt
     from scipy import stats
 
-    from stratagym.leaderboard.render import literal_plot_text
+    from stratagym.leaderboard.render import literal_plot_text, save_figure
 
     path = Path(path)
     with literal_plot_text():  # method labels come from study files: drawn as written, no $...$ maths
@@ -146,11 +145,7 @@ def plot_curves(results: Mapping[str, Any], panels: Sequence[tuple[str, str]], p
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8, loc="best")
         fig.suptitle(results["study"]["title"], fontsize=10)
-        fig.tight_layout()
-        try:
-            atomic_write_with(path, lambda tmp: fig.savefig(tmp, dpi=110))
-        finally:
-            plt.close(fig)
+        save_figure(fig, path, dpi=110)
     return path
 
 
