@@ -310,6 +310,25 @@ def run_difficulty(n_tasks: int = 200, group_size: int = 8, env_kwargs: dict[str
 CORRIDOR_TESTBED: dict[str, Any] = {"segments": 6, "corridor": 2, "context_k": 4}
 
 
+def _expert_ladder(name: str, expert: Callable[[gym.Env], Any], eps: Sequence[float], *, random_name: str = "random",
+                   random: Callable[[gym.Env], Any] = lambda env: RandomAgent(env, seed=0)) -> dict[str, Callable[[gym.Env], Any]]:
+    """The agents of one HGPO context table, from worst to best: a random agent, the expert with a random
+    action at each rate in ``eps`` (:class:`NoisyAgent`), the expert itself."""
+    agents = {random_name: random}
+    for e in eps:
+        agents[f"{name}, eps {e}"] = lambda env, e=e: NoisyAgent(expert(env), env, eps=e)
+    agents[name] = expert
+    return agents
+
+
+def _context_table(title: str, env_id: str, env_kwargs: dict[str, Any], agents: dict[str, Callable[[gym.Env], Any]], *,
+                   n_tasks: int, group_size: int) -> str:
+    """One table of the HGPO check: :func:`context_check` of each agent's group rollouts on ``env_id``."""
+    res = {name: context_check(play(env_id, env_kwargs, make, n_tasks=n_tasks, group_size=group_size))
+           for name, make in agents.items()}
+    return format_table(title, res)
+
+
 def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4, webshop_tasks: int = 16) -> str:
     """The HGPO testbed's check on the long ValueCorridor, on WebShop's train goals (members of a group that
     type the same search share its results page: GiGPO's anchor states) and, where the games are here,
@@ -319,41 +338,25 @@ def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4, 
     parts = []
     for title, kw in (("ValueCorridor (default: 3 halls)", {"context_k": 4}),
                       ("ValueCorridor, long testbed (6 halls, corridor 2)", CORRIDOR_TESTBED)):
-        kw = {**kw, "oracle_info": True}
-        agents = {
-            "random": lambda env: RandomAgent(env, seed=0),
-            "oracle, eps 0.2": lambda env: NoisyAgent(CorridorOracle(env), env, eps=0.2),
-            "oracle": lambda env: CorridorOracle(env),
-        }
-        res = {name: context_check(play("stratagym/ValueCorridor-v0", kw, make, n_tasks=n_tasks, group_size=group_size))
-               for name, make in agents.items()}
-        parts.append(format_table(f"context: {title} ({n_tasks} tasks x G={group_size})", res))
+        parts.append(_context_table(f"context: {title} ({n_tasks} tasks x G={group_size})", "stratagym/ValueCorridor-v0",
+                                    {**kw, "oracle_info": True}, _expert_ladder("oracle", CorridorOracle, (0.2,)),
+                                    n_tasks=n_tasks, group_size=group_size))
     if webshop_tasks:
         from stratagym.envs.webshop.agents import InstructionExpert, RandomShopper
 
-        kw = {"split": "train", "max_steps": 15}
-        agents = {
-            "random shopper": lambda env: RandomShopper(env, seed=0),
-            "expert, eps 0.2": lambda env: NoisyAgent(InstructionExpert(env), env, eps=0.2),
-            "expert, eps 0.5": lambda env: NoisyAgent(InstructionExpert(env), env, eps=0.5),
-            "expert": lambda env: InstructionExpert(env),
-        }
-        res = {name: context_check(play("stratagym/WebShop-v0", kw, make, n_tasks=webshop_tasks, group_size=group_size))
-               for name, make in agents.items()}
-        parts.append(format_table(f"context: WebShop (train, first {webshop_tasks} goals x G={group_size}, 15 turns)", res))
+        agents = _expert_ladder("expert", InstructionExpert, (0.2, 0.5), random_name="random shopper",
+                                random=lambda env: RandomShopper(env, seed=0))
+        parts.append(_context_table(f"context: WebShop (train, first {webshop_tasks} goals x G={group_size}, 15 turns)",
+                                    "stratagym/WebShop-v0", {"split": "train", "max_steps": 15}, agents,
+                                    n_tasks=webshop_tasks, group_size=group_size))
     if alfworld_tasks:
         try:
             from stratagym.envs.alfworld.agents import PlannerExpertAgent
 
-            kw = {"max_steps": 30, "expert": "planner"}
-            agents = {
-                "random": lambda env: RandomAgent(env, seed=0),
-                "planner, eps 0.2": lambda env: NoisyAgent(PlannerExpertAgent(env), env, eps=0.2),
-                "planner": lambda env: PlannerExpertAgent(env),
-            }
-            res = {name: context_check(play("stratagym/ALFWorld-v0", kw, make, n_tasks=alfworld_tasks, group_size=group_size))
-                   for name, make in agents.items()}
-            parts.append(format_table(f"context: ALFWorld (bundled, first {alfworld_tasks} games x G={group_size}, 30 turns)", res))
+            parts.append(_context_table(
+                f"context: ALFWorld (bundled, first {alfworld_tasks} games x G={group_size}, 30 turns)",
+                "stratagym/ALFWorld-v0", {"max_steps": 30, "expert": "planner"},
+                _expert_ladder("planner", PlannerExpertAgent, (0.2,)), n_tasks=alfworld_tasks, group_size=group_size))
         except ImportError as exc:  # the alfworld extra is not installed
             parts.append(f"(ALFWorld not measured: {exc})\n")
     return "\n".join(parts)
