@@ -6,7 +6,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-__all__ = ["Hit", "Retriever", "RetrievalError"]
+__all__ = ["CorpusRetriever", "Hit", "Retriever", "RetrievalError"]
 
 
 class RetrievalError(RuntimeError):
@@ -62,3 +62,23 @@ class Retriever(abc.ABC):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class CorpusRetriever(Retriever):
+    """A backend that searches a corpus held by this process (``self.corpus``: bm25s, dense): it searches
+    ``len(corpus)`` passages, and :meth:`_search` gets a non-empty batch and ``k`` clamped to
+    ``[1, len(corpus)]``."""
+
+    corpus: Any
+
+    @abc.abstractmethod
+    def _search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """Top-``k`` hits for each query; ``queries`` is not empty and ``1 <= k <= len(corpus)``."""
+
+    def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
+        if not queries:
+            return []
+        return self._search(queries, max(1, min(int(k), len(self.corpus))))
+
+    def __len__(self) -> int:
+        return len(self.corpus)

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from stratagym.envs.search_qa.data import Corpus
-from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
+from stratagym.envs.search_qa.retrievers.base import CorpusRetriever, Hit
 
 __all__ = ["BM25sRetriever", "QueryTokenizer"]
 
@@ -104,7 +104,7 @@ class QueryTokenizer:
         return out
 
 
-class BM25sRetriever(Retriever):
+class BM25sRetriever(CorpusRetriever):
     """BM25 over an in-memory :class:`Corpus` (English stopwords, Snowball stemming when PyStemmer is there)."""
 
     backend = "bm25s"
@@ -124,13 +124,7 @@ class BM25sRetriever(Retriever):
         self._model = _model
         self._tokenizer = QueryTokenizer(_model.vocab_dict, self._stemmer)
 
-    def __len__(self) -> int:
-        return len(self.corpus)
-
-    def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
-        if not queries:
-            return []
-        k = max(1, min(int(k), len(self.corpus)))
+    def _search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         ids, contents = self.corpus.ids, self.corpus.contents
         out: list[list[Hit]] = []
         for query in queries:

@@ -24,7 +24,7 @@ import numpy as np
 
 from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.data import Corpus, MappedCorpus
-from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
+from stratagym.envs.search_qa.retrievers.base import CorpusRetriever, Hit
 
 __all__ = ["E5Encoder", "DenseRetriever", "build_faiss_index", "new_faiss_index", "read_faiss_index", "index_to_gpu",
            "faiss_gpu_available", "DEFAULT_DENSE_MODEL", "FAISS_KINDS"]
@@ -167,7 +167,7 @@ def build_faiss_index(embeddings: np.ndarray, kind: str = "flat", *, nlist: int 
     return index
 
 
-class DenseRetriever(Retriever):
+class DenseRetriever(CorpusRetriever):
     """Top-k passages by cosine similarity of E5-style embeddings (exact or approximate via faiss)."""
 
     backend = "dense"
@@ -204,13 +204,7 @@ class DenseRetriever(Retriever):
             self.index.hnsw.efSearch = int(ef_search)
         self.nprobe, self.ef_search = nprobe, ef_search
 
-    def __len__(self) -> int:
-        return len(self.corpus)
-
-    def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
-        if not queries:
-            return []
-        k = max(1, min(int(k), len(self.corpus)))
+    def _search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         q = self.encoder.encode(list(queries), is_query=True)
         scores, docs = self.index.search(q, k)
         doc = self.corpus.doc  # a MappedCorpus reads each hit from disk: read each passage once
