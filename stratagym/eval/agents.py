@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
+from stratagym.agents.env_fit import check_policy_for_env
 from stratagym.errors import UserError
 from stratagym.eval.records import content_hash_path, content_hash_text
 
@@ -270,8 +271,6 @@ def _llm_policy(raw: str, *, env_id: str, seed: int = 0, greedy: bool = True, **
     spec = parse_agent_spec(raw)
     torch.manual_seed(seed)
     if spec.kind in ("checkpoint", "hf"):
-        from stratagym.training.sft import check_policy_for_env
-
         policy = LLMPolicy.from_pretrained(spec.name, **options)
         check_policy_for_env(policy, env_id)  # an SFT checkpoint built for another env: refused, with the fix
         return policy

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 
+from stratagym.agents.env_fit import META_FILE, check_policy_for_env  # re-exported (their home is agents)
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
 from stratagym.training.config import build_dataclass, read_yaml_mapping
@@ -56,7 +57,6 @@ __all__ = [
     "META_FILE",
 ]
 
-META_FILE = "sft_meta.json"
 _MARKER = "COMPLETE"
 
 
@@ -529,44 +529,6 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     atomic_write_text(export / META_FILE, json.dumps(meta, indent=1, sort_keys=True))
     atomic_write_text(out / "sft_summary.json", json.dumps({k: v for k, v in meta.items() if k != "loss_curve"}, indent=1, sort_keys=True))
     return meta
-
-
-def check_policy_for_env(policy: Any, env_id: str, env_kwargs: Optional[dict[str, Any]] = None) -> None:
-    """Refuse an SFT checkpoint (a folder with ``sft_meta.json``) built for another env family, e.g. a
-    SearchQA checkpoint put on ALFWorld; the message names the fix.
-
-    A model whose tokenizer stratagym built holds its template's tags as single tokens, so a tokenizer
-    without ``env_id``'s tags is refused. A pretrained model (SmolLM2, Qwen, ...) spells the tags in
-    several tokens, and that is fine for it: it is not checked at all when it never went through
-    ``stratagym sft``, and when it did (its recipe said ``model.require_tag_tokens: false``), the
-    template it was tuned on must be ``env_id``'s. The env's ``protocol`` (``env_kwargs``) picks the
-    template: ``tools`` for the tools protocol; without ``env_kwargs``, a checkpoint tuned on the
-    ``tools`` template is checked against it.
-    """
-    from stratagym.agents.prompts import template_for_env
-    from stratagym.agents.small_lm import check_tokenizer_for_template
-
-    folder = Path(str(getattr(getattr(policy, "config", None), "model", "") or ""))
-    tokenizer = getattr(policy, "tokenizer", None)
-    if tokenizer is None or not (folder / META_FILE).exists():
-        return
-    try:
-        meta = json.loads((folder / META_FILE).read_text())
-    except (OSError, ValueError):
-        meta = {}
-    protocol = (env_kwargs or {}).get("protocol") or ("tools" if env_kwargs is None and meta.get("template") == "tools" else "tags")
-    template = template_for_env(env_id, {"protocol": protocol}, getattr(policy.config, "template", None))
-    model_spec = (meta.get("recipe") or {}).get("model") or {}
-    if model_spec.get("path") and model_spec.get("require_tag_tokens", True) is False:
-        tuned_on = meta.get("template")
-        if tuned_on and tuned_on != template.name:
-            raise ConfigError(
-                f"the SFT checkpoint {folder} was tuned on the {tuned_on!r} template (built for another env?), "
-                f"but {env_id} uses {template.name!r}; tune the pretrained model for this env with "
-                "`stratagym sft --config <recipe>` (model.path, require_tag_tokens: false)"
-            )
-        return
-    check_tokenizer_for_template(tokenizer, template, where=f"the SFT checkpoint {folder} (built for another env?)")
 
 
 def evaluate_checkpoint(path: str | Path, env_id: str, env_kwargs: dict[str, Any], *, n: int = 200,

@@ -51,6 +51,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from stratagym.agents.env_fit import check_policy_for_env
 from stratagym.agents.policy import policy_hooks, unwrap_model
 from stratagym.training.async_rollout import AsyncRollouts, merge_async_extras
 from stratagym.training.checkpoint import (
@@ -127,8 +128,6 @@ class Trainer(TrainerUpdate):
         self._policy_spec = dict(config.policy)
         self.policy = policy if policy is not None else build_policy(self._policy_spec)
         if policy is None:  # an SFT checkpoint must hold its env template's tags (refused with the fix)
-            from stratagym.training.sft import check_policy_for_env
-
             check_policy_for_env(self.policy, config.env.id)
         #: the policy's optional hooks (Policy's no-op defaults for those a policy lacks: policy_hooks)
         self.hooks = policy_hooks(self.policy)

@@ -290,7 +290,7 @@ def test_pretrained_tokenizer_passes_the_env_check(smollm2_model, tmp_path):
     from stratagym.agents.llm import LLMPolicy
     from stratagym.agents.prompts import template_for_env
     from stratagym.agents.small_lm import template_tags
-    from stratagym.training.sft import META_FILE, check_policy_for_env
+    from stratagym.agents.env_fit import META_FILE, check_policy_for_env
 
     policy = LLMPolicy.from_pretrained(smollm2_model)
     tags = template_tags(template_for_env(SEARCH, None, None))

@@ -264,7 +264,7 @@ def test_sft_checkpoint_for_another_env_refused_at_load(trained, tmp_path):
     has no <action> token, so the trainer and the eval path refuse it at load with the fix."""
     from stratagym.agents.llm import LLMPolicy
     from stratagym.training.config import load_recipe
-    from stratagym.training.sft import check_policy_for_env
+    from stratagym.agents.env_fit import check_policy_for_env
     from stratagym.training.trainer import Trainer
 
     tmp, _ = trained
