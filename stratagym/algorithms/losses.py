@@ -374,6 +374,16 @@ def _generator(seed: Optional[int]) -> Optional[torch.Generator]:
     return None if seed is None else torch.Generator().manual_seed(int(seed))
 
 
+def _cov_surrogate(x: PGInputs, ratio_name: str, cov_ratio: float) -> tuple[Tensor, Tensor, Tensor]:
+    """What Clip-Cov and KL-Cov start from: their token share ``cov_ratio`` checked (> 0), then the
+    log-ratio (no [-20, 20] clamp, as verl), the ratio and the unclipped surrogate ``-A r`` per token."""
+    if cov_ratio <= 0:
+        raise ValueError(f"{ratio_name} must be > 0, got {cov_ratio}")
+    neg_kl = x.logprob - x.old_logprob
+    ratio = torch.exp(neg_kl)
+    return neg_kl, ratio, -x.advantages * ratio
+
+
 @register_policy_loss("clip_cov")
 def clip_cov_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[float] = None,
                   clip_cov_ratio: float = 0.0002, clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0,
@@ -385,12 +395,8 @@ def clip_cov_loss(x: PGInputs, *, clip_low: float = 0.2, clip_high: Optional[flo
     drawn at random, as verl; ``seed`` makes the draw reproducible (``None``: the global RNG).  No
     [-20, 20] clamp of the log-ratio, as verl."""
     lo, hi = _clip_bounds(clip_low, clip_high)
-    if clip_cov_ratio <= 0:
-        raise ValueError(f"clip_cov_ratio must be > 0, got {clip_cov_ratio}")
+    neg_kl, ratio, l1 = _cov_surrogate(x, "clip_cov_ratio", clip_cov_ratio)
     m, adv = x.mask, x.advantages
-    neg_kl = x.logprob - x.old_logprob
-    ratio = torch.exp(neg_kl)
-    l1 = -adv * ratio
     l2 = -adv * torch.clamp(ratio, 1.0 - lo, 1.0 + hi)
     with torch.no_grad():
         valid = m > 0
@@ -415,12 +421,8 @@ def kl_cov_loss(x: PGInputs, *, kl_cov_ratio: float = 0.0002, ppo_kl_coef: float
     #tokens), 1)`` tokens by centred ``A * logp`` covariance a penalty ``ppo_kl_coef * |logp - old|``
     added (verl's config default 0.1).  Ties in the covariance go to the earlier token (a stable
     sort; verl's ``topk`` leaves their order unspecified).  Stats add ``kl_abs``, verl's ``ppo_kl``."""
-    if kl_cov_ratio <= 0:
-        raise ValueError(f"kl_cov_ratio must be > 0, got {kl_cov_ratio}")
+    neg_kl, ratio, l1 = _cov_surrogate(x, "kl_cov_ratio", kl_cov_ratio)
     m, adv = x.mask, x.advantages
-    neg_kl = x.logprob - x.old_logprob
-    ratio = torch.exp(neg_kl)
-    l1 = -adv * ratio
     l_kl = l1 + ppo_kl_coef * neg_kl.abs()
     with torch.no_grad():
         valid = m > 0
