@@ -20,6 +20,7 @@ __all__ = [
     "segment_stats",
     "safe_div",
     "check_singleton",
+    "grouped_rewards",
 ]
 
 _MAX_LISTED = 20
@@ -126,3 +127,18 @@ def check_singleton(singleton: str) -> None:
     """The ``singleton`` option of the estimators that offer verl's convention for a group of one row."""
     if singleton not in ("zero", "verl"):
         raise ValueError(f"singleton must be 'zero' or 'verl', got {singleton!r}")
+
+
+def grouped_rewards(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
+    """How every group-relative estimator starts: ``rewards`` checked (:func:`check_rewards`), ``group``
+    checked against them (:func:`check_ids`), the rewards in compute precision and each row's group.
+
+    Returns ``(r, x, gi, ng)``: ``r`` the checked rewards (its dtype is the estimator's output dtype),
+    ``x = as_compute(r)``, ``gi`` each row's dense group index (on ``x``'s device), ``ng`` the number of
+    groups.
+    """
+    r = check_rewards(rewards, "rewards")
+    g = check_ids(group, "group", r.shape[0])
+    x = as_compute(r)
+    gi, ng = dense_ids(g.to(x.device))
+    return r, x, gi, ng

@@ -15,15 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from stratagym.algorithms._segment import (
-    as_compute,
-    check_ids,
-    check_rewards,
-    check_singleton,
-    dense_ids,
-    safe_div,
-    segment_stats,
-)
+from stratagym.algorithms._segment import check_singleton, grouped_rewards, safe_div, segment_stats
 from stratagym.algorithms.registry import register_estimator
 from stratagym.algorithms.whitening import row_weights
 
@@ -52,12 +44,9 @@ def grpo(
         raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
     if singleton not in ("zero", "verl"):
         raise ValueError(f"singleton must be 'zero' or 'verl', got {singleton!r}")
-    r = check_rewards(rewards, "rewards")
+    r, x, gi, ng = grouped_rewards(rewards, group)
     n = r.shape[0]
-    g = check_ids(group, "group", n)
     out_dtype = r.dtype
-    x = as_compute(r)
-    gi, ng = dense_ids(g.to(x.device))
     cnt, mean, dev, std = segment_stats(x, gi, ng, ddof=1)
     single = (cnt == 1)[gi]
     if singleton == "verl":
@@ -76,11 +65,7 @@ def grpo(
 @register_estimator("rloo")
 def rloo(rewards: Tensor, group: Tensor) -> Tensor:
     """RLOO: ``r_i - mean_{j != i, j in g} r_j`` = ``n/(n-1) * (r_i - mean_g)``; a group of one gets 0."""
-    r = check_rewards(rewards, "rewards")
-    n = r.shape[0]
-    g = check_ids(group, "group", n)
-    x = as_compute(r)
-    gi, ng = dense_ids(g.to(x.device))
+    r, x, gi, ng = grouped_rewards(rewards, group)
     cnt, _, dev, _ = segment_stats(x, gi, ng, ddof=0)
     c = cnt[gi].to(x.dtype)
     factor = torch.where(c > 1, c / (c - 1).clamp(min=1), torch.zeros_like(c))
@@ -95,12 +80,8 @@ def opo(rewards: Tensor, group: Tensor, lengths: Tensor, *, singleton: str = "ze
     gives a group of one 0; ``"verl"`` uses verl's baseline 0 (``r``).  A group whose lengths sum
     to 0 uses the plain mean (verl would divide by zero); a constant group gets exactly 0."""
     check_singleton(singleton)
-    r = check_rewards(rewards, "rewards")
-    n = r.shape[0]
-    g = check_ids(group, "group", n)
-    x = as_compute(r)
-    w = row_weights(lengths, n, x)
-    gi, ng = dense_ids(g.to(x.device))
+    r, x, gi, ng = grouped_rewards(rewards, group)
+    w = row_weights(lengths, r.shape[0], x)
     cnt, mean, _, _ = segment_stats(x, gi, ng, ddof=0)
     wsum = torch.zeros(ng, dtype=x.dtype, device=x.device).index_add_(0, gi, w)
     wx = torch.zeros(ng, dtype=x.dtype, device=x.device).index_add_(0, gi, w * x)
@@ -120,13 +101,10 @@ def gpg(rewards: Tensor, group: Tensor, *, f_norm: float = 1.0, singleton: str =
     batch (the paper's correction for groups without signal), and no std division.  ``singleton``:
     ``"zero"`` gives a group of one 0; ``"verl"`` uses verl's group mean 0 (``alpha * r / f_norm``)."""
     check_singleton(singleton)
-    r = check_rewards(rewards, "rewards")
+    r, x, gi, ng = grouped_rewards(rewards, group)
     n = r.shape[0]
-    g = check_ids(group, "group", n)
     if not float(f_norm) or not math.isfinite(float(f_norm)):
         raise ValueError(f"f_norm must be finite and non-zero, got {f_norm!r}")
-    x = as_compute(r)
-    gi, ng = dense_ids(g.to(x.device))
     cnt, _, dev, _ = segment_stats(x, gi, ng, ddof=0)
     if singleton == "verl":
         dev = torch.where((cnt == 1)[gi], x, dev)
@@ -141,13 +119,10 @@ def grpo_passk(rewards: Tensor, group: Tensor, *, norm: bool = True, eps: float 
     advantage, ``r_max - r_second`` (divided by the group's Bessel std + eps when ``norm``); all
     other rows get 0.  Among rows tied at the maximum the first gets it (then ``r_max = r_second``
     and the value is 0 anyway).  A group of one row gets 0, where verl raises."""
-    r = check_rewards(rewards, "rewards")
+    r, x, gi, ng = grouped_rewards(rewards, group)
     n = r.shape[0]
-    g = check_ids(group, "group", n)
-    x = as_compute(r)
     if n == 0:
         return r.clone()
-    gi, ng = dense_ids(g.to(x.device))
     cnt, _, _, std = segment_stats(x, gi, ng, ddof=1)
     gmax = torch.full((ng,), float("-inf"), dtype=x.dtype, device=x.device).scatter_reduce_(
         0, gi, x, reduce="amax")
@@ -176,13 +151,9 @@ def informative_groups(rewards: Tensor, group: Tensor, *, keep_singletons: bool 
     one too (under stratagym's ``singleton="zero"`` they also get advantage 0).  Returns a bool
     tensor, one entry per row.
     """
-    r = check_rewards(rewards, "rewards")
-    n = r.shape[0]
-    g = check_ids(group, "group", n)
-    if n == 0:
+    r, x, gi, ng = grouped_rewards(rewards, group)
+    if r.shape[0] == 0:
         return torch.zeros(0, dtype=torch.bool, device=r.device)
-    x = as_compute(r)
-    gi, ng = dense_ids(g.to(x.device))
     cnt = torch.bincount(gi, minlength=ng)
     hi = torch.full((ng,), float("-inf"), dtype=x.dtype, device=x.device).scatter_reduce_(0, gi, x, reduce="amax")
     lo = torch.full((ng,), float("inf"), dtype=x.dtype, device=x.device).scatter_reduce_(0, gi, x, reduce="amin")

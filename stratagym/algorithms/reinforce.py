@@ -16,14 +16,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from stratagym.algorithms._segment import (
-    as_compute,
-    check_ids,
-    check_rewards,
-    check_singleton,
-    dense_ids,
-    segment_stats,
-)
+from stratagym.algorithms._segment import as_compute, check_rewards, check_singleton, grouped_rewards, segment_stats
 from stratagym.algorithms.registry import register_estimator
 from stratagym.algorithms.whitening import whiten
 
@@ -52,11 +45,7 @@ def reinforce_pp_baseline(
     the batch (token-weighted by ``lengths``).  ``singleton``: ``"zero"`` gives a group of one
     ``r - r = 0`` before whitening; ``"verl"`` uses verl's group mean 0 for it (``r`` itself)."""
     check_singleton(singleton)
-    r = check_rewards(rewards, "rewards")
-    n = r.shape[0]
-    g = check_ids(group, "group", n)
-    x = as_compute(r)
-    gi, ng = dense_ids(g.to(x.device))
+    r, x, gi, ng = grouped_rewards(rewards, group)
     cnt, _, dev, _ = segment_stats(x, gi, ng, ddof=0)
     if singleton == "verl":
         dev = torch.where((cnt == 1)[gi], x, dev)

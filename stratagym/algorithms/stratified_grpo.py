@@ -11,15 +11,7 @@ import math
 
 from torch import Tensor
 
-from stratagym.algorithms._segment import (
-    as_compute,
-    check_ids,
-    check_rewards,
-    dense_ids,
-    pair_ids,
-    safe_div,
-    segment_stats,
-)
+from stratagym.algorithms._segment import check_ids, grouped_rewards, pair_ids, safe_div, segment_stats
 from stratagym.algorithms.registry import register_estimator
 
 __all__ = ["stratified"]
@@ -45,14 +37,10 @@ def stratified(
     un-normalised form ``alpha (r - mean_k) + (1 - alpha)(r - mean_g)`` used for the decomposition
     identity ``r - mean_g = (r - mean_k) + (mean_k - mean_g)``).
     """
-    r = check_rewards(rewards, "rewards")
-    n = r.shape[0]
-    g = check_ids(group, "group", n)
-    s = check_ids(stratum, "stratum", n)
+    r, x, gi, ng = grouped_rewards(rewards, group)
+    s = check_ids(stratum, "stratum", r.shape[0])
     if not math.isfinite(float(alpha)):
         raise ValueError(f"alpha must be finite, got {alpha!r}")
-    x = as_compute(r)
-    gi, ng = dense_ids(g.to(x.device))
     ci, nc = pair_ids(gi, ng, s.to(x.device))
     _, _, dev_c, std_c = segment_stats(x, ci, nc, ddof=0)
     _, _, dev_g, std_g = segment_stats(x, gi, ng, ddof=0)
