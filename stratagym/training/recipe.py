@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from stratagym.agents.llm import LLMConfig, LLMPolicy
-from stratagym.envs.registry import load_object
+from stratagym.objects import load_object
 from stratagym.errors import ConfigError
 from stratagym.training.demos import EVAL_SPLIT_NAMES
 from stratagym.training.rollout import env_metadata_keys
