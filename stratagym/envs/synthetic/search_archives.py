@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from stratagym.envs.core import StepResult
-from stratagym.envs.synthetic._base import IntOption, RealOption, SyntheticEnv, canonical, parse_bracket, task_rng
-from stratagym.envs.synthetic.search_strata import CITIES, DISTRACTOR, TOPICS
+from stratagym.envs.synthetic._base import IntOption, RealOption, SyntheticEnv, canonical, parse_bracket
+from stratagym.envs.synthetic.search_strata import CITIES, DISTRACTOR, city_questions
 
 ARCHIVES = ("A", "B")
 
@@ -67,16 +67,7 @@ class SearchArchivesEnv(SyntheticEnv):
             max_steps=max(self.full_searches, self.summary_searches) + 4, context_k=context_k,
             oracle_info=oracle_info, render_mode=render_mode, protocol=protocol, tool_parser=tool_parser,
         )
-        self._tasks: dict[str, dict[str, Any]] = {}
-        for i in range(n_tasks):
-            rng = task_rng(data_seed, i)
-            topic, thing = TOPICS[i % len(TOPICS)]
-            cands = [CITIES[j] for j in rng.choice(len(CITIES), size=n_candidates, replace=False)]
-            tid = f"q{i:03d}"
-            self._tasks[tid] = {
-                "question": f"Question {tid}: which city keeps the {thing} of the {topic}?",
-                "topic": topic, "query": f"{thing} {topic}", "candidates": cands,
-            }
+        self._tasks = city_questions(n_tasks, n_candidates, data_seed)
         self._set_tasks(list(self._tasks))
         self._t: dict[str, Any] = {}
         self._answer = ""

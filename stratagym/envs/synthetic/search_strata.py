@@ -40,6 +40,24 @@ TOPICS = (
 DISTRACTOR = "weather forecast"
 
 
+def city_questions(n_tasks: int, n_candidates: int, data_seed: int) -> dict[str, dict[str, Any]]:
+    """The task table of the search envs (also :mod:`.search_archives`): task ``q017`` asks which of
+    ``n_candidates`` cities keeps a thing of a topic; its ``query`` is the relevant search."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for i in range(n_tasks):
+        rng = task_rng(data_seed, i)
+        topic, thing = TOPICS[i % len(TOPICS)]
+        cands = [CITIES[j] for j in rng.choice(len(CITIES), size=n_candidates, replace=False)]
+        tid = f"q{i:03d}"
+        tasks[tid] = {
+            "question": f"Question {tid}: which city keeps the {thing} of the {topic}?",
+            "topic": topic,
+            "query": f"{thing} {topic}",
+            "candidates": cands,
+        }
+    return tasks
+
+
 class SearchStrataEnv(SyntheticEnv):
     """Search-count strata with different reward distributions (see the module docstring)."""
 
@@ -70,18 +88,7 @@ class SearchStrataEnv(SyntheticEnv):
         )
         self.n_candidates = n_candidates
         self.max_searches = max_searches
-        self._tasks: dict[str, dict[str, Any]] = {}
-        for i in range(n_tasks):
-            rng = task_rng(data_seed, i)
-            topic, thing = TOPICS[i % len(TOPICS)]
-            cands = [CITIES[j] for j in rng.choice(len(CITIES), size=n_candidates, replace=False)]
-            tid = f"q{i:03d}"
-            self._tasks[tid] = {
-                "question": f"Question {tid}: which city keeps the {thing} of the {topic}?",
-                "topic": topic,
-                "query": f"{thing} {topic}",
-                "candidates": cands,
-            }
+        self._tasks = city_questions(n_tasks, n_candidates, data_seed)
         self._set_tasks(list(self._tasks))
         self._t: dict[str, Any] = {}
         self._answer = ""
