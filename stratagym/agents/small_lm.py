@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from stratagym.agents.chatml import CHAT_TEMPLATE, SPECIAL_TOKENS, chatml_tokenizer
 from stratagym.agents.prompts import PromptTemplate
 from stratagym.errors import ConfigError
-from stratagym.agents.tiny_lm import CHAT_TEMPLATE, SPECIAL_TOKENS, chatml_tokenizer
 
 __all__ = [
     "SmallLMConfig",

@@ -18,21 +18,11 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from stratagym.agents.chatml import CHAT_TEMPLATE  # re-exported (in __all__); part of the model's cache key
 from stratagym.atomic import publish_dir
 
 __all__ = ["TinyLMConfig", "build_tiny_lm", "tiny_lm_path", "default_cache_dir", "CHAT_TEMPLATE"]
-
-#: Qwen2.5-style chat template (ChatML), enough for ``apply_chat_template(add_generation_prompt=True)``.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 # Local training text: the tags and vocabulary of stratagym's envs, so tokenisation of prompts is sane.
 _CORPUS = """
@@ -82,7 +72,7 @@ def default_cache_dir() -> Path:
 
 
 def _train_tokenizer(vocab_size: int):
-    from stratagym.agents.small_lm import train_tokenizer  # imports this module's constants
+    from stratagym.agents.small_lm import train_tokenizer  # cost at import time: torch; a built model needs none
 
     lines = [line for line in _CORPUS.splitlines() if line.strip()]
     return train_tokenizer(lines * 4, vocab_size=vocab_size)
@@ -90,7 +80,7 @@ def _train_tokenizer(vocab_size: int):
 
 def build_tiny_lm(out_dir: str | os.PathLike[str], config: TinyLMConfig = TinyLMConfig()) -> Path:
     """Build the tokenizer and model and save both into ``out_dir`` (written atomically)."""
-    from stratagym.agents.small_lm import SmallLMConfig, build_model  # imports this module's constants
+    from stratagym.agents.small_lm import SmallLMConfig, build_model  # cost at import time: torch (see above)
 
     out = Path(out_dir)
     tokenizer = _train_tokenizer(config.vocab_size)
@@ -118,20 +108,3 @@ def tiny_lm_path(config: TinyLMConfig = TinyLMConfig(), cache_dir: str | os.Path
 if __name__ == "__main__":
     print(tiny_lm_path())
 
-
-def chatml_tokenizer(tok: Any) -> Any:
-    """A trained ``tokenizers.Tokenizer`` as a transformers fast tokenizer with Qwen's ChatML special
-    tokens and chat template, padding on the left (for batched generation)."""
-    from transformers import PreTrainedTokenizerFast
-
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        additional_special_tokens=["<|im_start|>"],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.padding_side = "left"
-    return fast
