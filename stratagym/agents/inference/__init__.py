@@ -15,7 +15,6 @@ meets it only where it is switched on:
 * :mod:`~stratagym.agents.inference.scoring`: the layouts that re-score (prompt, response) rows for training
   (whole rows, shared prompts, history hosts), behind ``LLMPolicy.sequence_log_probs``.
 
-The old module paths (``stratagym.agents.fused_decode`` ...) still import: they are these same modules.
 The package imports nothing eagerly: the generator comes with the ``hf`` backend, the rest only when a
 policy turns it on.
 """

@@ -31,7 +31,7 @@ class HFGenerator:
 
     Two more savings on the fused path, both changing no sample (up to float rounding): with
     ``prefix_cache`` a prompt that extends a row of the previous call (the next turn of a multi-turn
-    rollout) runs only its new tokens (:mod:`stratagym.agents.prefix_cache`), and with
+    rollout) runs only its new tokens (:mod:`stratagym.agents.inference.prefix_cache`), and with
     ``drop_finished_rows`` rows that hit EOS or a stop string leave the decoder once a quarter of its rows
     are done (a decode step costs about linearly in rows; uniforms are still drawn for every row, so the
     random stream is the same).
@@ -48,7 +48,7 @@ class HFGenerator:
         #: weights in this dtype (the transformers loop runs under the policy's autocast)
         self.compute_dtype = compute_dtype
         #: the last fused call's keys/values, reused by the next call's prompts that extend its rows
-        #: (:mod:`stratagym.agents.prefix_cache`); None when turned off
+        #: (:mod:`stratagym.agents.inference.prefix_cache`); None when turned off
         self.prefix_cache: Optional[PrefixCache] = PrefixCache() if prefix_cache else None
         #: the fused decoder stops decoding rows that finished (once a quarter of its rows are done)
         self.drop_finished_rows = drop_finished_rows

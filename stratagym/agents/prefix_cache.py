@@ -1,8 +1,0 @@
-"""Moved to :mod:`stratagym.agents.inference.prefix_cache` (the inference engine's sub-package); this path stays
-importable for existing code and is the same module object, so attributes set on either are seen by both."""
-
-import sys
-
-from stratagym.agents.inference import prefix_cache as _moved
-
-sys.modules[__name__] = _moved
