@@ -314,11 +314,13 @@ def template_fingerprint(template: PromptTemplate) -> str:
     return f"{template.name} {template_content_hash(template)}"
 
 
-def protocol_template(env_id: str, *, protocol: Any = None, override: str | None = None) -> str | None:
+def protocol_template(env_id: str, *, protocol: Any = None, override: str | None = None,
+                      spec: Any = None) -> str | None:
     """The ``prompt_template`` field of an eval's protocol fingerprint: :func:`template_fingerprint` of the
     template an LLM agent prompts ``env_id`` with (the ``tools`` template under the tools ``protocol``, else
     ``override``, else the one the env's spec names); None when the spec names none (the template is then
-    chosen per observation at run time), the bare name when the spec names one this stratagym lacks."""
+    chosen per observation at run time), the bare name when the spec names one this stratagym lacks.
+    ``spec``: ``env_id``'s ``EnvSpec`` when the caller already resolved it; else it is looked up."""
     from stratagym.envs.registry import get_spec
     from stratagym.errors import ConfigError
 
@@ -328,10 +330,12 @@ def protocol_template(env_id: str, *, protocol: Any = None, override: str | None
         if override not in TEMPLATES:
             raise ConfigError(f"unknown prompt template {override!r}; choose one of {sorted(TEMPLATES)}")
         return template_fingerprint(TEMPLATES[override])
-    try:
-        name = get_spec(env_id).prompt_template
-    except KeyError:
-        return None
+    if spec is None:
+        try:
+            spec = get_spec(env_id)
+        except KeyError:
+            return None
+    name = spec.prompt_template
     if not name:
         return None
     return template_fingerprint(TEMPLATES[name]) if name in TEMPLATES else name

@@ -79,15 +79,17 @@ class _MetricRules:
     declared: tuple[MetricSpec, ...] = ()
 
 
-def _rules(env_id: str | None) -> _MetricRules:
+def _rules(env_id: str | None, spec: Any = None) -> _MetricRules:
+    """The rules of ``env_id``'s spec; ``spec``: that ``EnvSpec`` when the caller holds it (no lookup)."""
     from stratagym.envs.registry import get_spec
 
-    if env_id is None:
-        return _MetricRules()
-    try:
-        spec = get_spec(env_id)
-    except KeyError:
-        return _MetricRules()
+    if spec is None:
+        if env_id is None:
+            return _MetricRules()
+        try:
+            spec = get_spec(env_id)
+        except KeyError:
+            return _MetricRules()
     return _MetricRules(spec.primary_metric, spec.success_from_score, tuple(spec.metrics))
 
 
@@ -245,16 +247,17 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
     return m
 
 
-def aggregate(episodes: Iterable[Any], *, env_id: str, split: str | None = None) -> Aggregate:
+def aggregate(episodes: Iterable[Any], *, env_id: str, split: str | None = None, spec: Any = None) -> Aggregate:
     """Aggregate per-episode outcomes of ``env_id`` into metrics with CIs, distributions and seed spread.
 
     ``split`` is the eval's split, used for in/out-of-distribution success when episodes do not carry
-    their own ``extra["split"]``.
+    their own ``extra["split"]``. ``spec``: ``env_id``'s ``EnvSpec`` when the caller already resolved it
+    (the eval harness does, once per eval); else it is looked up.
     """
     rows = [_row(e) for e in episodes]
     if not rows:
         raise ValueError("aggregate needs at least one episode")
-    rules = _rules(env_id)
+    rules = _rules(env_id, spec)
     metrics = _estimates(rows, rules, split)
     distributions = {
         "search_count": _hist(int(r.get("search_count", 0)) for r in rows),

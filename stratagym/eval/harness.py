@@ -186,14 +186,8 @@ def env_data_hash(env: gym.Env, env_id: str, task_ids: Sequence[str], kwargs: Ma
     return content_hash_text(json.dumps({"env": env_id, "kwargs": dict(kwargs), "tasks": list(task_ids)}, sort_keys=True, default=str))
 
 
-def _make_envs(env_id: str, count: int, kwargs: Mapping[str, Any]) -> list[gym.Env]:
-    import stratagym  # noqa: F401  (registers envs)
-    from stratagym.envs.registry import get_spec
-
-    try:
-        spec = get_spec(env_id)
-    except KeyError:
-        raise EvalError(unknown_env_message(env_id)) from None
+def _make_envs(env_id: str, count: int, kwargs: Mapping[str, Any], spec: Any) -> list[gym.Env]:
+    """``count`` envs of ``env_id`` (``spec``: its ``EnvSpec``, resolved once by the caller)."""
     if not spec.available:
         raise EvalError(f"env {env_id} is not available here: {spec.availability()}")
     envs = []
@@ -278,7 +272,7 @@ def evaluate(
     import stratagym  # noqa: F401  (registers envs)
     from stratagym.envs.registry import get_spec
 
-    try:
+    try:  # the env's EnvSpec, resolved once and passed down (env construction, prompt template, metrics)
         spec_env = get_spec(config.env_id)
     except KeyError:
         raise EvalError(unknown_env_message(config.env_id)) from None
@@ -289,7 +283,7 @@ def evaluate(
         env_kwargs["max_steps"] = int(config.max_steps)
     env_kwargs.update(scripted_env_kwargs(spec, config.env_id))
 
-    all_tasks_env = _make_envs(config.env_id, 1, env_kwargs)[0]
+    all_tasks_env = _make_envs(config.env_id, 1, env_kwargs, spec_env)[0]
     try:
         all_tasks = list(all_tasks_env.unwrapped.task_ids())
         # the env's own (normalised) split name when it has one: "valid_seen" -> "in_distribution"
@@ -307,7 +301,7 @@ def evaluate(
         # what the number is measured under, computed by the env family (its spec and protocol_data)
         # the prompt template by content: the agent's forced one, else the env's (tools under the tools protocol)
         template = protocol_template(config.env_id, override=spec.forced_template(config.agent_options),
-                                     protocol=resolved_task_kwargs(spec_env, env_kwargs).get("protocol"))
+                                     protocol=resolved_task_kwargs(spec_env, env_kwargs).get("protocol"), spec=spec_env)
         # a bf16 eval is another protocol than an fp32 one; an in-memory policy (agent_factory) says its own
         if agent_factory is not None and "dtype" not in config.agent_options:
             dtype = _policy_dtype(agent_factory(seeds[0]))
@@ -351,7 +345,7 @@ def evaluate(
             progress(len(done), total)
 
     info_keys = tuple(spec_env.record_info_keys)
-    envs = _make_envs(config.env_id, min(config.batch_size, total), env_kwargs) if len(done) < total else []
+    envs = _make_envs(config.env_id, min(config.batch_size, total), env_kwargs, spec_env) if len(done) < total else []
     policy: Any = None
     greedy = bool(config.agent_options.get("greedy", True))
     try:
@@ -402,6 +396,7 @@ def evaluate(
         config={"batch_size": config.batch_size, "max_steps": config.max_steps, "n": config.n, "agent_options": dict(config.agent_options)},
         training=config.training,
         protocol=protocol,
+        spec=spec_env,
     )
     if out is not None:
         write_json_atomic(out, record)
@@ -421,16 +416,18 @@ def build_record(
     training: Mapping[str, Any] | None = None,
     data_source: str | None = None,
     protocol: Mapping[str, Any] | None = None,
+    spec: Any = None,
 ) -> dict[str, Any]:
     """A finalised result record from per-episode outcomes (``EpisodeRecord.to_dict()`` rows with a
     ``seed``): aggregates them and stamps schema, time and ``record_id``. ``agent`` needs ``spec``,
     ``kind``, ``label``, ``content_hash`` (optionally ``algorithm``). ``protocol`` is the env family's
     fingerprint (:func:`stratagym.envs.fingerprint.protocol_of`); without one the record is written in
-    the legacy schema ``stratagym.result/1`` (the board then recomputes what it can)."""
+    the legacy schema ``stratagym.result/1`` (the board then recomputes what it can). ``spec``: ``env_id``'s
+    ``EnvSpec`` when the caller holds it (the metric rules are read from it, not looked up again)."""
     from stratagym import __version__
 
     episodes = list(episodes)
-    agg = aggregate(episodes, env_id=env_id, split=split)
+    agg = aggregate(episodes, env_id=env_id, split=split, spec=spec)
     record: dict[str, Any] = {
         "stratagym_version": __version__,
         "agent": dict(agent),

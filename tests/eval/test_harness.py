@@ -148,3 +148,23 @@ def test_checkpoint_folder_llm_agent(tmp_path):
     assert rec["agent"]["kind"] == "checkpoint" and rec["n_episodes"] == 4
     assert rec["agent"]["content_hash"] == parse_agent_spec(str(ck)).content_hash()
     assert schema_problems(rec) == []
+
+
+def test_evaluate_resolves_the_env_spec_once(monkeypatch):
+    """The harness looks the env's EnvSpec up once and hands it down (env construction, prompt template,
+    metric rules): no lookup from eval/ or agents/ code besides that one. (The envs layer's own helpers,
+    the scripted agent's class and the protocol fingerprint, still take the id.)"""
+    import sys
+
+    import stratagym.envs.registry as registry
+
+    real, callers = registry.get_spec, []
+
+    def counting(env_id):
+        callers.append(sys._getframe(1).f_code.co_filename)
+        return real(env_id)
+
+    monkeypatch.setattr(registry, "get_spec", counting)
+    evaluate(EvalConfig(agent="scripted:oracle", env_id=TOY_ID, n=4, seeds=[0, 1], batch_size=2), progress=False)
+    ours = [f for f in callers if "/stratagym/eval/" in f or "/stratagym/agents/" in f]
+    assert len(ours) == 1 and ours[0].endswith("harness.py"), callers
