@@ -3,8 +3,9 @@
 An LLM study (:mod:`stratagym.studies.llm`) names its pre-registration file, and the runner refuses to
 start without it: the file must exist, be complete, agree with the study (seeds, step budget, split,
 number of questions, metric, arms), ask for at least 3 seeds and an unseen split, and -- so that it
-demonstrably predates the runs -- be committed to git with no uncommitted change (the runner records
-the commit that holds it). A file, in ``suites/studies/prereg/<study>.yaml``::
+demonstrably predates the runs -- be committed to git, unchanged since the commit that first added it
+(:func:`git_proof`; the runner records that commit). Withdrawing a registration (a ``# WITHDRAWN`` comment
+block added before or after its text, nothing else changed) ends it: runs refuse it. A file, in ``suites/studies/prereg/<study>.yaml``::
 
     study: stratified-smollm2-hops       # the study it registers
     registered: "2026-11-28"             # when (the git commit is the proof; this is for readers)
@@ -37,7 +38,8 @@ from typing import Any
 
 from stratagym.errors import ConfigError
 
-__all__ = ["Hypothesis", "Preregistration", "PreregistrationError", "load_preregistration", "git_proof", "TESTS"]
+__all__ = ["Hypothesis", "Preregistration", "PreregistrationError", "load_preregistration", "git_proof", "TESTS",
+           "WITHDRAWAL_MARK"]
 
 #: The paired tests a pre-registration may name (:class:`stratagym.eval.paired.PairedComparison.p`).
 TESTS = ("permutation", "mcnemar")
@@ -167,10 +169,19 @@ def load_preregistration(path: str | os.PathLike[str]) -> Preregistration:
         no_unseen_split=why.strip())
 
 
+#: The first line of a withdrawal block: comment lines added to a registration after its first commit (before or
+#: after the registered text) that say why it was withdrawn. Nothing else may change.
+WITHDRAWAL_MARK = "# WITHDRAWN"
+
+
 def git_proof(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The commit that holds ``path`` as it is now: ``{"commit", "date"}``. Refused when the file is not in
-    a git checkout, not committed, or changed since its last commit -- a pre-registration that could
-    have been written after the runs proves nothing."""
+    """The commit that first added ``path``, which fixes it: ``{"commit", "date"}``.
+
+    A registration counts from its first commit, and its text must be unchanged since: re-committing an
+    edited file after the runs would otherwise pass (a check of the last commit accepts it). Refused: a
+    file not in a git checkout, never committed, with uncommitted changes, changed since its first commit,
+    or withdrawn (the registered text plus a comment block beginning ``# WITHDRAWN``, the one change
+    allowed, which ends the registration: register anew in a new file)."""
     p = Path(path).resolve()
 
     def git(*args: str) -> subprocess.CompletedProcess:
@@ -184,8 +195,30 @@ def git_proof(path: str | os.PathLike[str]) -> dict[str, str]:
     if status.stdout.strip():
         raise PreregistrationError(f"pre-registration {path} has uncommitted changes ({status.stdout.strip()[:2].strip()}); "
                                    f"commit it before the runs: git add {path} && git commit -m ... -- {path}")
-    log = git("log", "-1", "--format=%H %cI", "--", p.name)
-    if log.returncode != 0 or not log.stdout.strip():
+    # every commit that touched the file (following renames), oldest last, with the path it had then
+    log = git("log", "--follow", "--format=%x00%H %cI", "--name-only", "--", p.name)
+    entries = [e.split() for e in log.stdout.split("\x00") if e.strip()] if log.returncode == 0 else []
+    if not entries:
         raise PreregistrationError(f"pre-registration {path} was never committed; commit it before the runs")
-    commit, date = log.stdout.split()
+    commit, date, first_path = entries[-1][0], entries[-1][1], entries[-1][-1]
+    registered = subprocess.run(["git", "-C", top.stdout.strip(), "show", f"{commit}:{first_path}"],
+                                capture_output=True, check=False).stdout
+    problem = _change_since_registration(registered.decode("utf-8", "replace"), p.read_text(encoding="utf-8"))
+    if problem:
+        raise PreregistrationError(f"pre-registration {path} {problem} since its first commit {commit[:12]} ({date}); "
+                                   "a registration is fixed when first committed: withdraw it (a '# WITHDRAWN ...' "
+                                   "comment block, nothing else changed) and register anew in a new file")
     return {"commit": commit, "date": date}
+
+
+def _change_since_registration(registered: str, now: str) -> str | None:
+    """None when ``now`` is the registered text; else what changed: ``"was withdrawn"`` (the registered text
+    with a withdrawal block before or after it) or ``"was changed"``."""
+    if now == registered:
+        return None
+    added = now.replace(registered, "", 1) if registered and registered in now else None
+    if added is not None and (now.startswith(registered) or now.endswith(registered)):
+        lines = [ln for ln in added.splitlines() if ln.strip()]
+        if lines and lines[0].startswith(WITHDRAWAL_MARK) and all(ln.lstrip().startswith("#") for ln in lines):
+            return "was withdrawn"
+    return "was changed"
