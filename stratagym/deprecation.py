@@ -20,7 +20,7 @@ import warnings
 from types import ModuleType
 from typing import Sequence
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "MOVED_NAMES", "install"]
 
 #: Old module path -> new module path (the same module object is served under both names).
 MOVED: dict[str, str] = {
@@ -48,6 +48,13 @@ MOVED: dict[str, str] = {
 }
 
 
+#: Names an old module had that live elsewhere now: old path -> {name: module that holds it}. Such an old path
+#: is served as a module of its own holding the new module's names plus these (not the new module itself).
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    "stratagym.envs.tool_calls": {"tool_set_for": "stratagym.envs.registry"},
+}
+
+
 class _Alias(importlib.abc.Loader):
     """Loads an old path as the module at its new path (imported, if need be, under the new name)."""
 
@@ -57,7 +64,15 @@ class _Alias(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         warnings.warn(f"{spec.name} moved to {self.new}; import it from there (the old path goes in the next "
                       "release)", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(self.new)
+        new = importlib.import_module(self.new)
+        extra = MOVED_NAMES.get(spec.name)
+        if not extra:
+            return new
+        old = ModuleType(spec.name, new.__doc__)
+        old.__dict__.update({k: v for k, v in vars(new).items() if not k.startswith("__")})
+        for name, home in extra.items():
+            setattr(old, name, getattr(importlib.import_module(home), name))
+        return old
 
     def exec_module(self, module: ModuleType) -> None:  # the new module ran when it was imported
         pass
