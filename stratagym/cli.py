@@ -16,6 +16,11 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+import stratagym
+from stratagym.display import esc, print_table
+from stratagym.envs.hints import env_kwarg_message, unknown_env_message
+from stratagym.envs.registry import list_envs
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -47,9 +52,6 @@ console = Console()
 @envs_app.command("list")
 def envs_list(available: bool = typer.Option(False, "--available", help="Only envs whose extras are installed.")) -> None:
     """Print every registered env: id, description, metadata keys and availability."""
-    import stratagym
-    from stratagym.display import print_table
-
     rows = [
         [spec.id, spec.description, ", ".join(spec.metadata_keys), ", ".join(sorted(set(spec.agents) | {"random"})),
          spec.availability()]
@@ -64,9 +66,6 @@ def envs_check(env_id: Optional[str] = typer.Argument(None, help="One env id; de
     """Run gymnasium's env checker on registered envs."""
     import gymnasium as gym
     from gymnasium.utils.env_checker import check_env
-
-    import stratagym
-    from stratagym.display import esc
 
     ids = [env_id] if env_id else [s.id for s in stratagym.list_envs(available_only=True)]
     failed = 0
@@ -92,7 +91,7 @@ def demo(
 
     When the benchmark command is installed (``stratagym bench``), ``make demo`` runs it instead.
     """
-    from stratagym.demo import run_scripted_demo
+    from stratagym.demo import run_scripted_demo  # lazy: the demo loads torch; `stratagym --help` stays fast
 
     run_scripted_demo(episodes=episodes, seed=seed, console=console)
 
@@ -100,8 +99,6 @@ def demo(
 def plugin_modules() -> list[str]:
     """The modules whose ``register(app, groups)`` add commands: every registered env family's
     ``EnvSpec.cli`` (built-in or from a ``stratagym.envs`` entry point), then :data:`CLI_PLUGINS`."""
-    from stratagym.envs.registry import list_envs
-
     return list(dict.fromkeys([*(s.cli for s in list_envs() if s.cli), *CLI_PLUGINS]))
 
 
@@ -135,8 +132,6 @@ def user_error_message(exc: BaseException) -> str | None:
     Unknown env ids get the close matches among registered envs; an unknown env keyword argument gets
     the list of valid ones (gymnasium re-raises the constructor's TypeError naming the env id).
     """
-    from stratagym.envs.hints import env_kwarg_message, unknown_env_message
-
     kwarg = env_kwarg_message(exc)
     if kwarg is not None:
         return kwarg
