@@ -7,6 +7,11 @@ from typing import Optional
 
 import typer
 
+from stratagym.display import esc, print_table
+from stratagym.errors import UserError
+from stratagym.eval.records import RecordError, load_record
+from stratagym.eval.transcripts import find_transcripts
+
 _BOARD_HELP = "Store: a SQLAlchemy URL (postgresql+psycopg2://...) or a SQLite path (default leaderboard/board.db; env STRATAGYM_BOARD)."
 
 
@@ -26,8 +31,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         still submitted (exit 1 if any was refused)."""
         from rich.console import Console
 
-        from stratagym.display import esc
-        from stratagym.eval.records import RecordError, load_record
+        # lazy: the store loads SQLAlchemy and pydantic, the renderer ~15 ms more; `stratagym --help` stays fast
         from stratagym.leaderboard.render import render_board
         from stratagym.leaderboard.store import Leaderboard, SubmissionError
 
@@ -64,7 +68,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """
         from rich.console import Console
 
-        from stratagym.display import esc, print_table
+        # lazy: the store loads SQLAlchemy and pydantic, the renderer ~15 ms more; `stratagym --help` stays fast
         from stratagym.leaderboard.render import protocol_text, board_tables
         from stratagym.leaderboard.store import Leaderboard
 
@@ -100,7 +104,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Write LEADERBOARD.md, a static index.html with sortable tables, and plots."""
         from rich.console import Console
 
-        from stratagym.display import esc
+        # lazy: the store loads SQLAlchemy and pydantic, the renderer ~15 ms more; `stratagym --help` stays fast
         from stratagym.leaderboard.render import render_board
         from stratagym.leaderboard.store import Leaderboard
 
@@ -120,8 +124,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         from rich.console import Console
 
-        from stratagym.display import esc
-        from stratagym.leaderboard.render import render_board
+        from stratagym.leaderboard.render import render_board  # lazy: ~15 ms of imports; `stratagym --help` stays fast
 
         console = Console(soft_wrap=True)
         with tempfile.TemporaryDirectory() as tmp:
@@ -149,9 +152,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         from rich.console import Console
 
-        from stratagym.display import esc
-        from stratagym.errors import UserError
-        from stratagym.eval.transcripts import find_transcripts
+        # lazy: the store loads SQLAlchemy and pydantic, the site builder ~20 ms more; `stratagym --help` stays fast
         from stratagym.leaderboard.site import build_site
         from stratagym.leaderboard.store import Leaderboard
 
@@ -185,7 +186,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         split; docs/protocol.md). Exit 0: comparable (one ranking); 1: not comparable; 2: a record not found."""
         from rich.console import Console
 
-        from stratagym.display import esc
+        # lazy: the protocol comparison loads the fingerprint module (~3 ms); `stratagym --help` stays fast
         from stratagym.leaderboard.protocols import compare_records, protocol_for
 
         console = Console(soft_wrap=True)
@@ -212,10 +213,7 @@ def _record_files(records: Path) -> list[Path]:
 def _store_from_records(records: Path, db: Path, console: object) -> tuple[object, int]:
     """A fresh store at ``db`` holding every record of the folder ``records``, and how many were refused
     (each printed with its reason); a folder without records is a user error."""
-    from stratagym.display import esc
-    from stratagym.errors import UserError
-    from stratagym.eval.records import RecordError, load_record
-    from stratagym.leaderboard.store import Leaderboard, SubmissionError
+    from stratagym.leaderboard.store import Leaderboard, SubmissionError  # lazy: SQLAlchemy and pydantic
 
     files = _record_files(records)
     if not files:
@@ -236,12 +234,9 @@ def _find_record(ref: str, board: Optional[str]) -> dict:
     one-line error (exit 2) when neither finds one."""
     from pathlib import Path as _Path
 
-    from stratagym.errors import UserError
-    from stratagym.eval.records import load_record
-
     if _Path(ref).suffix == ".json" or _Path(ref).is_file():
         return load_record(ref)
-    from stratagym.leaderboard.store import Leaderboard
+    from stratagym.leaderboard.store import Leaderboard  # lazy: SQLAlchemy and pydantic, only for a record id
 
     found = [r for r in Leaderboard(board).records() if str(r.get("record_id", "")).startswith(ref)] if ref else []
     if len(found) != 1:

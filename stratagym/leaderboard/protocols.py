@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from stratagym.envs.registry import get_spec  # get_spec registers built-in and plug-in envs first
 from stratagym.eval.transcripts import record_task_ids  # re-exported: the board's readers import it from here
 from stratagym.envs.fingerprint import (
     LEGACY,
@@ -27,9 +28,6 @@ __all__ = ["protocol_for", "protocol_problems", "record_task_ids", "compare_reco
 
 
 def _spec(env_id: Any) -> Any:
-    import stratagym  # noqa: F401  (registers built-in and plug-in envs)
-    from stratagym.envs.registry import get_spec
-
     try:
         return get_spec(str(env_id))
     except KeyError:

@@ -22,7 +22,10 @@ from typing import Any, Iterable, Sequence
 
 from stratagym.atomic import atomic_write, atomic_write_with
 from stratagym.paths import slug
+from stratagym.envs.fingerprint import protocol_diff
+from stratagym.envs.registry import get_spec
 from stratagym.eval.aggregate import higher_is_better, metric_order, primary_metric
+from stratagym.leaderboard.protocols import protocol_for
 from stratagym.leaderboard.scripts import SORTABLE_TABLES_JS
 
 __all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison", "protocol_text",
@@ -54,8 +57,6 @@ class BoardTable:
 def _spec_columns(env: str) -> tuple[str, ...]:
     """The secondary metrics ``env``'s spec puts on the Markdown board (none known: the first three of
     :func:`~stratagym.eval.aggregate.metric_order` that a row has)."""
-    from stratagym.envs.registry import get_spec
-
     try:
         return tuple(get_spec(env).board_columns)
     except KeyError:
@@ -80,9 +81,6 @@ def board_tables(lb: Any, *, rank_by: str | None = None,
     ``rank_by``: a metric to rank by instead of each env's primary one (a board where no record has it gets
     no table); ``boards``: only these (env, split) pairs. ``leaderboard show`` and the rendered pages read
     their tables here, so the terminal and the pages group records alike."""
-    from stratagym.leaderboard.protocols import protocol_for
-    from stratagym.envs.fingerprint import protocol_diff
-
     tables = []
     wanted = None if boards is None else set(boards)
     for env, split in lb.boards():

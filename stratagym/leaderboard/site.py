@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 from stratagym.atomic import atomic_write, publish_dir
 from stratagym.errors import UserError
 from stratagym.eval.aggregate import higher_is_better
+from stratagym.leaderboard.protocols import protocol_for
 from stratagym.leaderboard.render import BoardTable, _cell, _fmt, protocol_text, board_tables
 from stratagym.leaderboard.scripts import EPISODE_FILTERS_JS, SORTABLE_TABLES_JS
 from stratagym.paths import slug
@@ -315,8 +316,6 @@ def render_record(record: Mapping[str, Any], table: BoardTable | None, transcrip
                   title: str = "stratagym leaderboard") -> str:
     """The page of one record: identity, protocol, metrics, charts and its episodes (see the module
     docstring). ``transcripts``: ``(seed, task_id) -> transcript`` from :mod:`stratagym.eval.transcripts`."""
-    from stratagym.leaderboard.protocols import protocol_for
-
     agent = record.get("agent") or {}
     env = record.get("env") or {}
     proto = protocol_for(record)

@@ -31,6 +31,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
 from stratagym.errors import ConfigError
+from stratagym.eval.aggregate import higher_is_better, primary_metric
 from stratagym.eval.records import utc_now
 from stratagym.leaderboard.schema import COLUMN_LENGTHS
 from stratagym.leaderboard.validate import SubmissionError, validate_record
@@ -312,8 +313,6 @@ class Leaderboard:
         Columns: rank, agent, algorithm, value, ci_low, ci_high, n, seed_mean, seed_std, n_seeds, ... Ties
         share a rank (competition ranking: 1, 1, 3). Lower-is-better metrics (``turns``) rank ascending.
         """
-        from stratagym.eval.aggregate import higher_is_better, primary_metric
-
         metric = metric or primary_metric(env)
         df = self.dataframe(env, split, wide=False)
         if df.empty:

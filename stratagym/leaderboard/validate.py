@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Mapping
 
+from stratagym.envs.registry import get_spec, list_envs
 from stratagym.errors import UserError
 from stratagym.eval.records import SCHEMA, schema_problems as record_problems
 from stratagym.leaderboard.protocols import protocol_problems
@@ -44,8 +45,6 @@ class SubmissionError(UserError, ValueError):
 
 def known_splits(env_id: str) -> frozenset[str]:
     """The splits ``env_id`` declares (class attribute ``splits``) plus ``default``; else the standard set."""
-    from stratagym.envs.registry import get_spec
-
     spec = get_spec(env_id)
     try:
         cls = load_object(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
@@ -80,9 +79,6 @@ def validate_record(
         env_ok = env_id in known_envs
         splits: Collection[str] = STANDARD_SPLITS
     else:
-        import stratagym  # noqa: F401  (registers built-in and plug-in envs)
-        from stratagym.envs.registry import list_envs
-
         env_ok = env_id in {s.id for s in list_envs()}
         splits = known_splits(env_id) if env_ok else STANDARD_SPLITS
     if not env_ok:
