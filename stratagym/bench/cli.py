@@ -13,6 +13,9 @@ from typing import Any, Optional
 
 import typer
 
+from stratagym.display import esc, print_table
+from stratagym.errors import ConfigError
+from stratagym.eval.transcripts import read_transcripts
 from stratagym.paths import slug
 
 DEFAULT_OUT_DIR = Path("runs/eval")
@@ -75,8 +78,7 @@ def default_out(agent_label: str, env_id: str, split: str | None, n: int | None 
 def print_summary(console: Any, records: list[dict[str, Any]], title: str) -> None:
     """One row per record with its primary metric, 95% CI and seed spread: a rich table on a terminal, a
     plain one when piped (:func:`stratagym.display.print_table`); labels are printed literally."""
-    from stratagym.display import print_table
-    from stratagym.eval.aggregate import primary_metric
+    from stratagym.eval.aggregate import primary_metric  # lazy: ~8 ms of imports; `stratagym --help` stays fast
 
     rows = []
     parts = False
@@ -132,11 +134,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Evaluate an agent on one env or a suite and write a versioned result record (JSON)."""
         from rich.console import Console
 
+        # lazy: the harness loads torch, the agent and suite parsers ~20 ms more; `stratagym --help` stays fast
         from stratagym.eval.agents import AgentSpecError, parse_agent_spec
         from stratagym.eval.harness import EvalConfig, EvalError, evaluate
         from stratagym.eval.suite import EvalEntry, SuiteError, load_suite
-
-        from stratagym.display import esc
 
         console = Console(stderr=True, soft_wrap=True)
         try:
@@ -173,7 +174,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise typer.Exit(2) from None
         print_summary(Console(), records, f"eval of {agent}")
         if submit:
-            from stratagym.leaderboard.store import Leaderboard, SubmissionError
+            from stratagym.leaderboard.store import Leaderboard, SubmissionError  # lazy: SQLAlchemy, pydantic
 
             lb = Leaderboard(board)
             refused = 0
@@ -200,11 +201,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         from rich.console import Console
 
-        from stratagym.display import print_table
+        # lazy: the harness module loads torch, the failure report ~5 ms; `stratagym --help` stays fast
         from stratagym.eval.failures import failure_report
         from stratagym.eval.harness import progress_path
-        from stratagym.eval.transcripts import read_transcripts
-        from stratagym.errors import ConfigError
 
         if window < 1 or max_distinct < 1:
             raise ConfigError("--window and --max-distinct must be >= 1")
@@ -237,8 +236,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Train every (algorithm, env, seed) of a suite, evaluate, submit to the leaderboard and render it."""
         from rich.console import Console
 
+        # lazy: the bench runner loads torch, the suite parser ~12 ms; `stratagym --help` stays fast
         from stratagym.bench.runner import BenchError, run_bench
-        from stratagym.display import esc
         from stratagym.eval.suite import SuiteError
 
         console = Console(soft_wrap=True)

@@ -29,10 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
+from stratagym.envs.registry import get_spec, scripted_agent_names
 from stratagym.errors import UserError
 from stratagym.jsonl import read_jsonl
 from stratagym.paths import slug
+from stratagym.eval.harness import EvalConfig, EvalError, evaluate
+from stratagym.eval.records import RecordError, content_hash_path, load_record, write_json_atomic
 from stratagym.eval.suite import AlgorithmEntry, Suite, TrainSection, load_suite
+from stratagym.leaderboard.render import render_board
+from stratagym.leaderboard.store import Leaderboard, SubmissionError
+from stratagym.training.checkpoint import latest_checkpoint
+from stratagym.training.config import RecipeConfig
+from stratagym.training.trainer import Trainer
 
 __all__ = ["BenchError", "BenchResult", "run_bench", "recipe_for_run"]
 
@@ -83,9 +93,6 @@ def _supersede(lb: Any, records_dir: Path, prefix: str, *, keep: Path, say: Call
 def _ingest_records_dir(lb: Any, records_dir: Path, say: Callable[[str], None]) -> int:
     """Submit every ``records_dir/*.json`` whose record id the store does not hold; returns how many.
     A file the board refuses is reported and skipped: one bad file must not stop the render."""
-    from stratagym.eval.records import RecordError, load_record
-    from stratagym.leaderboard.store import SubmissionError
-
     added = 0
     for path in sorted(Path(records_dir).glob("*.json")) if Path(records_dir).is_dir() else []:
         try:
@@ -103,8 +110,6 @@ def recipe_for_run(suite: Suite, section: TrainSection, alg: AlgorithmEntry, env
     """The trainer recipe of one (algorithm, env, seed): the group's ``config``, the algorithm's
     ``recipe`` overrides, then env, estimator, seed and output folder. ``policy.seed: auto`` becomes
     the run's seed (policies whose initial weights take a seed, e.g. the scorer)."""
-    from stratagym.training.config import RecipeConfig
-
     data = _deep_merge(section.config, alg.recipe)
     data["name"] = f"{suite.name}-{slug(alg.label)}-{slug(env_id.split('/')[-1])}-seed{seed}"
     env = dict(data.get("env") or {})  # the group's env options other than id/kwargs (e.g. ``tasks``) stay
@@ -144,9 +149,6 @@ def _curve(output_dir: Path) -> list[dict[str, float]]:
 
 def _train_one(recipe: Any, *, resume: bool) -> tuple[Any, Path, float]:
     """Train (or reload a finished run); return the policy, its checkpoint policy folder, seconds."""
-    from stratagym.training.checkpoint import latest_checkpoint
-    from stratagym.training.trainer import Trainer
-
     t0 = time.perf_counter()
     trainer = Trainer(recipe)
     try:
@@ -191,21 +193,11 @@ def run_bench(
 
     ``committed_records``: a records folder read (never written) before rendering, so a board rendered
     outside the checkout (``make demo``: under ``runs_dir``) still shows the committed results."""
-    import torch
-
-    from stratagym.envs.registry import get_spec, scripted_agent_names
-    from stratagym.eval.harness import EvalConfig, EvalError, evaluate
-    from stratagym.eval.records import content_hash_path, write_json_atomic
-    from stratagym.leaderboard.render import render_board
-    from stratagym.leaderboard.store import Leaderboard, SubmissionError
-
     t_start = time.perf_counter()
     say = log or ((lambda text: console.print(text, markup=False, highlight=False)) if console is not None else print)
     suite = load_suite(suite_path)
     root = Path(runs_dir) / slug(suite.name)
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
-
-    import stratagym  # noqa: F401
 
     available: set[str] = set()
     skipped: list[str] = []
