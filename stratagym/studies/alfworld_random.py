@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import stratagym  # noqa: F401  (registers the envs, also when this file is run as a script)
+
 __all__ = ["random_win_rates", "format_rates", "main"]
 
 
@@ -28,8 +30,6 @@ def random_win_rates(split: str = "train", *, episodes: int = 5, limits: Sequenc
     """``{"per_type": {task_type: {"episodes", "wins@L"...}}, "steps", "seconds"}`` on the bundled (or
     real) ALFWorld games of ``split`` (the first ``max_games`` only, if given)."""
     import gymnasium as gym
-
-    import stratagym  # noqa: F401  (registers the envs)
 
     limits = sorted(int(x) for x in limits)
     horizon = limits[-1]

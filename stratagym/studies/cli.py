@@ -11,6 +11,9 @@ from typing import Any, Optional
 
 import typer
 
+import stratagym
+from stratagym.errors import ConfigError, UserError
+
 
 def _fail(message: str) -> None:
     typer.echo(message, err=True)
@@ -19,9 +22,6 @@ def _fail(message: str) -> None:
 
 def _env_problem(study: Any) -> str | None:
     """Why ``study``'s env cannot be trained here (not registered, missing extras or data), or None."""
-    import stratagym
-    from stratagym.errors import ConfigError
-
     spec = next((s for s in stratagym.list_envs() if s.id == study.env), None)
     if spec is None:
         return "is not a registered env (see `stratagym envs list`)"
@@ -40,8 +40,7 @@ def _env_problem(study: Any) -> str | None:
 
 def register(app: typer.Typer, groups: dict[str, Any]) -> None:
     def study_list() -> None:
-        from stratagym.errors import ConfigError
-        from stratagym.studies.definitions import STUDY_DIR, load_studies
+        from stratagym.studies.definitions import STUDY_DIR, load_studies  # lazy: ~12 ms; `stratagym --help` stays fast
 
         try:
             studies = load_studies()
@@ -75,8 +74,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
             _fail("--seeds and --iterations must be >= 0 (0: the study's own)")
 
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        from stratagym.errors import ConfigError
-        from stratagym.studies.definitions import get_study, results_dir
+        from stratagym.studies.definitions import get_study, results_dir, study_path  # lazy: ~12 ms; `stratagym --help` stays fast
 
         try:
             study = get_study(name)
@@ -84,7 +82,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
             _fail(str(exc))
         out_dir = out or str(results_dir(study))
         if report_only:
-            from stratagym.studies.runner import rerender
+            from stratagym.studies.runner import rerender  # lazy: the runner loads torch (after OMP_NUM_THREADS is set)
 
             try:
                 rerender(study, out_dir)
@@ -96,8 +94,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         why = _env_problem(study)
         if why is not None:
             _fail(f"study {study.name}: env {study.env} {why}; nothing to run")
-        from stratagym.studies.definitions import study_path
-        from stratagym.studies.runner import run_study
+        from stratagym.studies.runner import run_study  # lazy: the runner loads torch (after OMP_NUM_THREADS is set)
 
         try:
             run_study(study, out_dir, board=board, records=not no_records, log=typer.echo,
@@ -122,8 +119,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         its pre-registration fixes (refused without a complete, consistent, committed pre-registration)."""
         from pathlib import Path
 
-        from stratagym.errors import ConfigError, UserError
-        from stratagym.studies import llm
+        from stratagym.studies import llm  # lazy: ~20 ms of imports; `stratagym --help` stays fast
 
         if name == "list":
             for n in llm.llm_study_names():

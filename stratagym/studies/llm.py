@@ -48,8 +48,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from stratagym.atomic import atomic_write, write_json_atomic
+from stratagym.envs.fingerprint import library_versions
 from stratagym.errors import ConfigError
+from stratagym.eval.paired import compare, compare_seeds, decide, outcomes_by_task
+from stratagym.eval.records import load_record
+from stratagym.jsonl import read_jsonl
 from stratagym.paths import REPO_ROOT, slug
+from stratagym.studies.llm_plots import plot_llm_study
 from stratagym.studies.preregistration import Preregistration, PreregistrationError, git_proof, load_preregistration
 
 __all__ = [
@@ -286,9 +292,6 @@ def _keep_metrics(study: LLMStudy, out: Path, runs_root: Path, arm: Arm, seed: i
     under; a run trained elsewhere (no log here) leaves what was kept there as it is."""
     import platform
 
-    from stratagym.atomic import atomic_write, write_json_atomic
-    from stratagym.envs.fingerprint import library_versions
-
     src = run_dir(study, runs_root, arm, seed) / "metrics.jsonl"
     if not src.is_file():
         return
@@ -422,8 +425,6 @@ def _task_strata(study: LLMStudy, task_ids: Sequence[str]) -> dict[str, str]:
 
 def _read_log(path: Path) -> list[dict[str, Any]] | None:
     """A run's logged steps (rows of its ``metrics.jsonl``), or None where the log is not there."""
-    from stratagym.jsonl import read_jsonl
-
     if not path.is_file():
         return None
     return [obj for _, obj, _ in read_jsonl(path, error=ConfigError, skip_bad=True)]
@@ -483,11 +484,6 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
                   runs_root: Path) -> dict[str, Any]:
     """The registered paired comparisons from the study's eval records; writes ``comparison.json`` and
     ``comparison.md`` to ``out``."""
-    from stratagym.atomic import atomic_write, write_json_atomic
-    from stratagym.eval.paired import compare, compare_seeds, decide, outcomes_by_task
-    from stratagym.eval.records import load_record
-    from stratagym.studies.llm_plots import plot_llm_study
-
     # seeds whose every arm has its record; a study part way (its seeds run in different sessions) is
     # reported on those, and decides nothing until all registered seeds are in
     seeds = [s for s in study.seeds if all(record_path(out, arm, s).is_file() for arm in study.arms)]

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from stratagym.atomic import atomic_write_with
+from stratagym.leaderboard.render import literal_plot_text
 
 __all__ = ["plot_llm_study", "Curves"]
 
@@ -132,8 +133,6 @@ def plot_llm_study(results: Mapping[str, Any], curves: Curves, path: str | Path)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from stratagym.leaderboard.render import literal_plot_text
 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     panels: list[Callable[[Any], None]] = [lambda ax, h=h: _draw_test(ax, results, h) for h in results["hypotheses"]]

@@ -9,6 +9,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from stratagym.eval.paired import compare_seeds, decide
+from stratagym.leaderboard.render import literal_plot_text, save_figure
+
 
 __all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix", "md_cell",
            "registered_verdicts", "verdict_lines"]
@@ -113,8 +116,6 @@ def plot_curves(results: Mapping[str, Any], panels: Sequence[tuple[str, str]], p
     import matplotlib.pyplot as plt
     from scipy import stats
 
-    from stratagym.leaderboard.render import literal_plot_text, save_figure
-
     path = Path(path)
     with literal_plot_text():  # method labels come from study files: drawn as written, no $...$ maths
         methods = [m["label"] for m in results["study"]["methods"]]
@@ -159,8 +160,6 @@ def registered_verdicts(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     test, alpha and smallest effect, with two registered exceptions: ``not testable`` when both arms'
     mean success is below ``testable_floor`` (nothing was learned to compare), and an ``incomplete (k of n
     seeds)`` prefix while some seed lacks either arm."""
-    from stratagym.eval.paired import compare_seeds, decide
-
     study = results["study"]
     reg = study.get("registration") or {}
     if not reg:

@@ -22,9 +22,25 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from stratagym.agents.policy import unwrap_model
+from stratagym.atomic import atomic_write, write_json_atomic
 from stratagym.errors import ConfigError
+from stratagym.eval.harness import EvalConfig, evaluate
 from stratagym.studies.definitions import Method, Study
+from stratagym.studies.preregistration import PreregistrationError, git_proof
+from stratagym.studies.report import markdown_table, plot_curves, registered_verdicts, summarize, verdict_lines
 from stratagym.paths import slug  # re-exported: study outputs are named with it
+from stratagym.training.config import (
+    AlgorithmConfig,
+    EnvConfig,
+    LossConfig,
+    OptimConfig,
+    RecipeConfig,
+    RolloutConfig,
+    TrainConfig,
+)
+from stratagym.training.rollout import InProcessPool, RolloutCollector
+from stratagym.training.trainer import Trainer
 
 __all__ = ["SCORER_CLASS", "StudyRun", "recipe_for", "run_one", "run_study", "finish_results", "evaluate_policy", "render",
            "rerender", "slug"]
@@ -35,16 +51,6 @@ SCORER_CLASS = "stratagym.agents.scorer:ScorerPolicy"
 
 def recipe_for(study: Study, method: Method, seed: int, output_dir: str) -> Any:
     """The training recipe of one arm and seed (a :class:`RecipeConfig`, validated)."""
-    from stratagym.training.config import (
-        AlgorithmConfig,
-        EnvConfig,
-        LossConfig,
-        OptimConfig,
-        RecipeConfig,
-        RolloutConfig,
-        TrainConfig,
-    )
-
     return RecipeConfig(
         name=f"{study.name}-{slug(method.label)}-seed{seed}",
         policy={"class": SCORER_CLASS, "hidden": study.hidden, "memory": study.memory,
@@ -120,9 +126,6 @@ class StudyRun:
 def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task: int | None = None,
             on_iteration: Optional[Callable[[int], None]] = None) -> StudyRun:
     """Train one arm with one seed through the Trainer and evaluate it on the study's schedule."""
-    from stratagym.training.rollout import InProcessPool, RolloutCollector
-    from stratagym.training.trainer import Trainer
-
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stratagym-study-") as tmp:
         trainer = Trainer(recipe_for(study, method, seed, tmp))
@@ -191,8 +194,6 @@ def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task:
 
 
 def weights_hash(policy: Any) -> str:
-    from stratagym.agents.policy import unwrap_model
-
     h = hashlib.sha256()
     for name, tensor in sorted(unwrap_model(policy.model).state_dict().items()):
         h.update(name.encode())
@@ -203,8 +204,6 @@ def weights_hash(policy: Any) -> str:
 def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dict[str, Any]:
     """A leaderboard result record for one arm: the eval harness plays every task greedily once per
     training seed, with the policy trained under that seed (record ``seeds`` = training seeds)."""
-    from stratagym.eval.harness import EvalConfig, evaluate
-
     policies = {r.seed: r.policy for r in runs}
     digest = hashlib.sha256("".join(weights_hash(policies[s]) for s in sorted(policies)).encode()).hexdigest()[:12]
     env_kwargs = {**study.env_kwargs, **method.env_kwargs}
@@ -251,9 +250,6 @@ def metric_names(results: dict[str, Any]) -> list[str]:
 
 def render(results: dict[str, Any], out_dir: str | Path) -> None:
     """Write ``table.md`` and ``curves.png`` from a study's ``results.json`` content."""
-    from stratagym.atomic import atomic_write
-    from stratagym.studies.report import markdown_table, plot_curves, summarize, verdict_lines
-
     out = Path(out_dir)
     study = results["study"]
     metrics = metric_names(results)
@@ -321,8 +317,6 @@ def registration_proof(study: Study, study_file: str | Path | None, *, require_c
     registration was not checked). A study without a registration needs nothing (None)."""
     if not study.registration:
         return None
-    from stratagym.studies.preregistration import PreregistrationError, git_proof
-
     if study_file is None or not require_commit:
         if require_commit:
             raise PreregistrationError(f"study {study.name} has a registration but no study file to check in git")
@@ -341,8 +335,6 @@ def run_study(
     after each run with ``"complete": false``, so a study stopped part way leaves complete paired seeds
     on disk. A study with a ``registration`` runs only if ``study_file`` is committed unchanged in git
     (:func:`registration_proof`); the commit is recorded, and the registered verdicts are computed."""
-    from stratagym.atomic import write_json_atomic
-
     proof = registration_proof(study, study_file, require_commit=require_commit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -376,7 +368,7 @@ def run_study(
                 m = rec["metrics"].get("success") or next(iter(rec["metrics"].values()))
                 greedy[method.label] = {"value": m["value"], "ci_low": m["ci_low"], "ci_high": m["ci_high"]}
                 if board:
-                    from stratagym.leaderboard import Leaderboard
+                    from stratagym.leaderboard import Leaderboard  # lazy: SQLAlchemy and pydantic, only with a board
 
                     with Leaderboard(board) as lb:
                         lb.submit(rec)
@@ -397,9 +389,6 @@ def finish_results(results: dict[str, Any], out_dir: str | Path) -> dict[str, An
     """Add the summary (and, for a registered study, the verdicts) to ``results``, write ``results.json``,
     ``table.md`` and ``curves.png``: the end of :func:`run_study`, also for runs a crash left finished but
     unreported."""
-    from stratagym.atomic import write_json_atomic
-    from stratagym.studies.report import registered_verdicts, summarize
-
     out = Path(out_dir)
     results["summary"] = summarize(results, metric_names(results))
     if results["study"].get("registration"):

@@ -39,9 +39,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from stratagym.agents.scripted import ScriptedPolicy
 from stratagym.algorithms.registry import get_estimator
 from stratagym.envs.episode import EpisodeKey, EpisodeRngs
+from stratagym.envs.alfworld.agents import PlannerExpertAgent
 from stratagym.envs.random_agent import RandomAgent
+from stratagym.envs.search_qa.agents import OracleAgent
+from stratagym.envs.synthetic.agents import OracleAgent as CorridorOracle
+from stratagym.training.rollout import InProcessPool, RolloutCollector, to_advantage_batch
 
 __all__ = [
     "CountAgent", "NoisyAgent", "play", "search_strata_check", "difficulty_check", "context_check",
@@ -120,9 +125,6 @@ def play(env_id: str, env_kwargs: dict[str, Any], make_agent: Callable[[gym.Env]
          group_size: int, seed: int = 0, max_turns: int = 200) -> Any:
     """Group rollouts of a scripted agent through the trainer's collector: ``group_size`` copies of each
     of the first ``n_tasks`` tasks, copy j of task i with seed ``seed + i`` (as the trainer draws them)."""
-    from stratagym.agents.scripted import ScriptedPolicy
-    from stratagym.training.rollout import InProcessPool, RolloutCollector
-
     env = gym.make(env_id, **env_kwargs)
     try:
         collector = RolloutCollector(env_id, ScriptedPolicy(make_agent(env)), group_size=group_size,
@@ -137,8 +139,6 @@ def play(env_id: str, env_kwargs: dict[str, Any], make_agent: Callable[[gym.Env]
 
 
 def _answer_advantages(batch: Any, name: str, **kw: Any) -> tuple[torch.Tensor, Any]:
-    from stratagym.training.rollout import to_advantage_batch
-
     rows, _, _ = to_advantage_batch(batch, "trajectory")
     return get_estimator(name, **kw)(rows), rows
 
@@ -198,8 +198,6 @@ def difficulty_check(batch: Any, hops_of: Callable[[str], int | None]) -> dict[s
 
 def context_check(batch: Any, *, levels: Sequence[int] = (0, 1, 2, 4), gamma: float = 0.95) -> dict[str, Any]:
     """State- and history-repeat structure of step-level group rollouts (see the module docstring)."""
-    from stratagym.training.rollout import to_advantage_batch
-
     rows, _, _ = to_advantage_batch(batch, "step")
     group = rows.group.numpy()
     ctx = rows.context.numpy()
@@ -261,8 +259,6 @@ def format_table(title: str, results: dict[str, dict[str, Any]]) -> str:
 # ---- the three checks as run for docs/studies.md ---------------------------------------------------------
 
 def _searchqa_agents(env_kwargs: dict[str, Any]) -> dict[str, Callable[[gym.Env], Any]]:
-    from stratagym.envs.search_qa.agents import OracleAgent
-
     return {
         "oracle": lambda env: OracleAgent(env),
         "random": lambda env: RandomAgent(env, seed=0),
@@ -291,8 +287,6 @@ def run_search_strata(n_tasks: int = 200, group_size: int = 8, env_kwargs: dict[
 
 def run_difficulty(n_tasks: int = 200, group_size: int = 8, env_kwargs: dict[str, Any] | None = None) -> str:
     """The HA-DW testbed's check: difficulty spread of the SearchQA questions under each agent."""
-    from stratagym.envs.search_qa.agents import OracleAgent
-
     kw = dict(SEARCHQA_TESTBED if env_kwargs is None else env_kwargs)
     hops_of = _hops_of("stratagym/SearchQA-v0", kw)
     agents = {
@@ -333,8 +327,6 @@ def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4, 
     """The HGPO testbed's check on the long ValueCorridor, on WebShop's train goals (members of a group that
     type the same search share its results page: GiGPO's anchor states) and, where the games are here,
     ALFWorld."""
-    from stratagym.envs.synthetic.agents import OracleAgent as CorridorOracle
-
     parts = []
     for title, kw in (("ValueCorridor (default: 3 halls)", {"context_k": 4}),
                       ("ValueCorridor, long testbed (6 halls, corridor 2)", CORRIDOR_TESTBED)):
@@ -342,7 +334,7 @@ def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4, 
                                     {**kw, "oracle_info": True}, _expert_ladder("oracle", CorridorOracle, (0.2,)),
                                     n_tasks=n_tasks, group_size=group_size))
     if webshop_tasks:
-        from stratagym.envs.webshop.agents import InstructionExpert, RandomShopper
+        from stratagym.envs.webshop.agents import InstructionExpert, RandomShopper  # optional: the webshop extra (rapidfuzz)
 
         agents = _expert_ladder("expert", InstructionExpert, (0.2, 0.5), random_name="random shopper",
                                 random=lambda env: RandomShopper(env, seed=0))
@@ -351,8 +343,6 @@ def run_context(n_tasks: int = 8, group_size: int = 8, alfworld_tasks: int = 4, 
                                     n_tasks=webshop_tasks, group_size=group_size))
     if alfworld_tasks:
         try:
-            from stratagym.envs.alfworld.agents import PlannerExpertAgent
-
             parts.append(_context_table(
                 f"context: ALFWorld (bundled, first {alfworld_tasks} games x G={group_size}, 30 turns)",
                 "stratagym/ALFWorld-v0", {"max_steps": 30, "expert": "planner"},
