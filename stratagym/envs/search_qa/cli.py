@@ -10,6 +10,8 @@ from typing import Any, Optional
 
 import typer
 
+from stratagym.display import print_table
+
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     index_app = groups.get("index")
@@ -41,8 +43,7 @@ def envs_audit(
 
     from rich.console import Console
 
-    from stratagym.display import print_table
-    from stratagym.envs.search_qa.overlap import audit_dataset
+    from stratagym.envs.search_qa.overlap import audit_dataset  # lazy: ~10 ms of imports; `stratagym --help` stays fast
 
     if threshold <= 0:
         raise typer.BadParameter("--threshold must be > 0")
@@ -65,7 +66,7 @@ def _print_manifest(path: Path, headline: str) -> None:
     """Print ``headline`` (``{num_docs}`` filled from the manifest) with the index path, then the manifest."""
     import json
 
-    from stratagym.envs.search_qa.index import read_manifest
+    from stratagym.envs.search_qa.index import read_manifest  # lazy: ~10 ms of imports; `stratagym --help` stays fast
 
     manifest = read_manifest(path)
     typer.echo(f"{headline.format(num_docs=manifest['corpus']['num_docs'])} -> {path}")
@@ -104,7 +105,7 @@ def index_build(
     """
     import time
 
-    from stratagym.envs.search_qa.index import build_index
+    from stratagym.envs.search_qa.index import build_index  # lazy: ~10 ms of imports; `stratagym --help` stays fast
 
     t0 = time.perf_counter()
     if faiss in ("ivf", "ivfpq"):
@@ -131,7 +132,7 @@ def index_import_search_r1(
     max_length: int = typer.Option(256, help="Query token limit (Search-R1's server: 256)."),
 ) -> None:
     """Wrap an existing Search-R1 dense index with a manifest; load it without re-encoding the corpus."""
-    from stratagym.envs.search_qa.dense_build import import_search_r1
+    from stratagym.envs.search_qa.dense_build import import_search_r1  # lazy: ~10 ms of imports; `stratagym --help` stays fast
 
     path = import_search_r1(index, corpus, model, out, query_prefix=query_prefix, passage_prefix=passage_prefix,
                             max_length=max_length)
@@ -142,7 +143,7 @@ def index_info(index: Path = typer.Argument(..., help="Index directory.")) -> No
     """Print an index's manifest."""
     import json
 
-    from stratagym.envs.search_qa.index import read_manifest
+    from stratagym.envs.search_qa.index import read_manifest  # lazy: ~10 ms of imports; `stratagym --help` stays fast
 
     typer.echo(json.dumps(read_manifest(index), indent=2))
 
@@ -158,6 +159,7 @@ def serve_retrieval(
     max_wait_ms: float = typer.Option(0.0, help="Extra wait for more requests; 0: adaptive batching only."),
 ) -> None:
     """Serve a Search-R1-compatible POST /retrieve API (and GET /health)."""
+    # lazy: ~10 ms of imports, and the server needs the search extra (fastapi, uvicorn); `stratagym --help` stays fast
     from stratagym.envs.search_qa.index import make_retriever
     from stratagym.envs.search_qa.server import ServerLimits, run_server
 

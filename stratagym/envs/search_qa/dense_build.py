@@ -31,6 +31,8 @@ import numpy as np
 from stratagym.atomic import write_json_atomic
 from stratagym.errors import ConfigError
 from stratagym.envs.search_qa.data import MappedCorpus, save_npy_atomic
+from stratagym.envs.search_qa.manifest import FORMAT, MANIFEST_NAME, VERSION, _replace_dir, _staging_dir
+from stratagym.envs.search_qa.retrievers.dense import E5Encoder, faiss_gpu_available, new_faiss_index, read_faiss_index
 
 __all__ = ["encode_shards", "merge_shards", "shard_plan", "import_search_r1", "OFFSETS_NAME", "BUILD_NAME",
            "DEFAULT_SHARD_SIZE"]
@@ -162,8 +164,6 @@ def merge_shards(shard_paths: Sequence[str | os.PathLike], kind: str = "flat", *
     chunk is in memory. IVF kinds train on ``train_size`` random rows (default ``64 * nlist``, and
     ``40 * 2**nbits`` for IVF-PQ, at most all), on the GPU when faiss-gpu sees one (``gpu=None``: when available).
     """
-    from stratagym.envs.search_qa.retrievers.dense import faiss_gpu_available, new_faiss_index
-
     import faiss
 
     mms = [np.load(str(p), mmap_mode="r") for p in shard_paths]
@@ -221,9 +221,6 @@ def import_search_r1(index_file: str | os.PathLike, corpus: str | os.PathLike, m
     Checked, each failure a :class:`ConfigError` naming the fix: both files exist; the index has one
     vector per corpus line; its dimension is the encoder's.
     """
-    from stratagym.envs.search_qa.index import FORMAT, MANIFEST_NAME, VERSION, _replace_dir, _staging_dir
-    from stratagym.envs.search_qa.retrievers.dense import E5Encoder, read_faiss_index
-
     ipath = Path(index_file).expanduser().resolve()
     cpath = Path(corpus).expanduser().resolve()
     if not ipath.is_file():

@@ -25,8 +25,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from stratagym.envs.core import ConfigError, StepResult, TextEnv, stable_hash
-from stratagym.envs.search_qa.data import BUNDLED_CORPUS, QAExample, bundled_corpus, load_qa
-from stratagym.envs.search_qa.index import make_retriever
+from stratagym.envs.search_qa.data import BUNDLED_CORPUS, QAExample, _resolve_qa_path, bundled_corpus, file_fingerprint, load_qa
+from stratagym.envs.search_qa.index import MANIFEST_NAME, make_retriever
 from stratagym.envs.search_qa.overlap import episode_overlap
 from stratagym.envs.search_qa.protocol import (
     INVALID_ACTION_MESSAGE,
@@ -303,9 +303,6 @@ class SearchQAEnv(TextEnv):
         scalar attributes: BM25's k1/b/stemmer, the dense model...; absolute paths left out), for the
         protocol fingerprint. A remote retriever's corpus is the server's: unknown here (``None``)."""
         import os
-
-        from stratagym.envs.search_qa.data import _resolve_qa_path, file_fingerprint
-        from stratagym.envs.search_qa.index import MANIFEST_NAME
 
         r = self.retriever
         corpus = getattr(r, "corpus", None)

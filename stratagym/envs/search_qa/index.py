@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,17 +31,24 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stratagym.atomic import atomic_write, publish_folder
+from stratagym import paths
+from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
-from stratagym.envs.search_qa.data import BUNDLED_CORPUS, file_fingerprint, load_corpus, stamped_fingerprint
+from stratagym.envs.search_qa.data import (
+    BUNDLED_CORPUS,
+    MappedCorpus,
+    file_fingerprint,
+    load_corpus,
+    save_npy_atomic,
+    stamped_fingerprint,
+)
+from stratagym.envs.search_qa.manifest import FORMAT, MANIFEST_NAME, VERSION, _replace_dir, _staging_dir
 from stratagym.envs.search_qa.retrievers.base import Retriever
+from stratagym.envs.search_qa.retrievers.bm25 import BM25sRetriever
 
 __all__ = ["BACKENDS", "MANIFEST_NAME", "build_index", "load_index", "read_manifest", "make_retriever", "cache_dir"]
 
 BACKENDS = ("bm25s", "pyserini", "dense")
-MANIFEST_NAME = "manifest.json"
-FORMAT = "stratagym-search-index"
-VERSION = 1
 
 _SHARED: dict[tuple, Retriever] = {}
 _SHARED_LOCK = threading.Lock()
@@ -50,9 +56,7 @@ _SHARED_LOCK = threading.Lock()
 
 def cache_dir() -> Path:
     """Where indexes built on demand are kept: the project cache (:func:`stratagym.paths.cache_dir`)."""
-    from stratagym.paths import cache_dir
-
-    return cache_dir()
+    return paths.cache_dir()
 
 
 def _corpus_path(corpus: str | os.PathLike) -> Path:
@@ -106,13 +110,11 @@ def build_index(corpus: str | os.PathLike, out_dir: str | os.PathLike, backend: 
     staging = _staging_dir(out)
     try:
         if backend == "bm25s":
-            from stratagym.envs.search_qa.retrievers.bm25 import BM25sRetriever
-
             r = BM25sRetriever(docs, k1=k1, b=b)
             r.save(staging / "bm25s")
             manifest["params"] = {"k1": r.k1, "b": r.b, "stemmer": r.stemmer_name}
         else:
-            from stratagym.envs.search_qa.retrievers.lucene import build_lucene_index
+            from stratagym.envs.search_qa.retrievers.lucene import build_lucene_index  # lazy: pyserini only (Java helpers, ~4 ms)
 
             build_lucene_index(cpath, staging / "lucene", threads=threads)
             manifest["params"] = {"k1": k1, "b": b}
@@ -130,7 +132,7 @@ def _build_dense(cpath: Path, out: Path, *, model: str | None, faiss_kind: str, 
                  train_size: int | None, progress: bool, on_shard: Callable[[int, Path], None] | None) -> Path:
     import faiss
 
-    from stratagym.envs.search_qa.data import MappedCorpus, save_npy_atomic
+    # lazy: the dense backend only (~6 ms; `gym.make` of the default bm25s env stays fast)
     from stratagym.envs.search_qa.dense_build import DEFAULT_SHARD_SIZE, OFFSETS_NAME, encode_shards, merge_shards
     from stratagym.envs.search_qa.retrievers.dense import DEFAULT_DENSE_MODEL, FAISS_KINDS, E5Encoder
 
@@ -165,18 +167,6 @@ def _build_dense(cpath: Path, out: Path, *, model: str | None, faiss_kind: str, 
     if not keep_shards:
         shutil.rmtree(work, ignore_errors=True)
     return out
-
-
-def _staging_dir(out: Path) -> Path:
-    """A fresh folder beside ``out`` (same file system, so the final rename is atomic)."""
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-
-
-def _replace_dir(staging: Path, out: Path) -> None:
-    """Move the finished ``staging`` folder to ``out``, replacing an older index there."""
-    if out.exists() and not (out / MANIFEST_NAME).exists() and any(out.iterdir()):
-        raise ConfigError(f"{out} exists and is not a stratagym index; choose another --out")
-    publish_folder(staging, out)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -231,15 +221,13 @@ def load_index(index_dir: str | os.PathLike, *, corpus: str | os.PathLike | None
                           f"but {cpath} has {fp[:19]}...; rebuild the index for this corpus or pass the right corpus")
     params = m.get("params", {})
     if built == "pyserini":
-        from stratagym.envs.search_qa.retrievers.lucene import PyseriniRetriever
+        from stratagym.envs.search_qa.retrievers.lucene import PyseriniRetriever  # lazy: pyserini only (~4 ms)
 
         return PyseriniRetriever(index_dir / "lucene", k1=params.get("k1", 0.9), b=params.get("b", 0.4))
     if built == "bm25s":
-        from stratagym.envs.search_qa.retrievers.bm25 import BM25sRetriever
-
         return BM25sRetriever.load(index_dir / "bm25s", load_corpus(cpath), k1=params["k1"], b=params["b"],
                                    stemmer=params.get("stemmer"))
-    from stratagym.envs.search_qa.data import MappedCorpus
+    # lazy: the dense backend only (~6 ms; `gym.make` of the default bm25s env stays fast)
     from stratagym.envs.search_qa.dense_build import OFFSETS_NAME
     from stratagym.envs.search_qa.retrievers.dense import DenseRetriever, E5Encoder
 
@@ -285,7 +273,7 @@ def make_retriever(retriever: str | Retriever | None = None, *, corpus: str | os
     if urls or retriever == "remote":
         if not urls:
             raise ConfigError("retriever='remote' needs retrieval_urls=['http://127.0.0.1:8000', ...]")
-        from stratagym.envs.search_qa.retrievers.remote import RemoteRetriever
+        from stratagym.envs.search_qa.retrievers.remote import RemoteRetriever  # lazy: remote only (~2 ms)
 
         return RemoteRetriever(urls, **{k: v for k, v in kwargs.items() if k in ("timeout", "retries", "backoff")})
     if retriever is not None and not isinstance(retriever, str):
@@ -315,10 +303,9 @@ def make_retriever(retriever: str | Retriever | None = None, *, corpus: str | os
 
 def _build_in_process(backend: str, cpath: Path, fingerprint: str, dense_model: str | None, faiss_kind: str) -> Retriever:
     if backend == "bm25s":
-        from stratagym.envs.search_qa.retrievers.bm25 import BM25sRetriever
-
         return BM25sRetriever(load_corpus(cpath))
     if backend == "dense":
+        # lazy: the dense backend only (~3 ms; `gym.make` of the default bm25s env stays fast)
         from stratagym.envs.search_qa.retrievers.dense import DEFAULT_DENSE_MODEL, DenseRetriever, E5Encoder
 
         return DenseRetriever(load_corpus(cpath), E5Encoder(dense_model or DEFAULT_DENSE_MODEL), kind=faiss_kind)

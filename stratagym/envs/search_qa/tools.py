@@ -5,6 +5,7 @@ argument is never re-read as tags."""
 
 from __future__ import annotations
 
+from stratagym.envs.search_qa.protocol import parse_turn
 from stratagym.envs.tools import ToolCall, ToolSet
 
 __all__ = ["TOOLS", "search", "answer"]
@@ -30,8 +31,6 @@ def answer(text: str) -> str:
 
 def from_action(action: str) -> ToolCall | None:
     """A Search-R1 turn (the oracle's) as the call it stands for, read as the env reads tags."""
-    from stratagym.envs.search_qa.protocol import parse_turn
-
     kind, text, _ = parse_turn(action)
     if kind == "search":
         return ToolCall("search", {"query": text})
