@@ -48,6 +48,7 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from stratagym.envs.registry import get_spec
 from stratagym.objects import load_object
 
 __all__ = [
@@ -184,8 +185,6 @@ def protocol_of(env: Any, env_id: str, kwargs: Mapping[str, Any], task_ids: Sequ
     (``stratagym.agents.prompts.protocol_template``); not given, the spec's template name alone.
     ``dtype``: the model agent's compute dtype (canonical name); recorded when it is not float32.
     """
-    from stratagym.envs.registry import get_spec
-
     spec = get_spec(env_id)
     base = getattr(env, "unwrapped", env)
     own = getattr(base, "protocol_data", None)

@@ -13,6 +13,8 @@ import inspect
 import re
 from typing import Any
 
+from stratagym.envs.registry import register_all
+
 __all__ = ["unknown_env_message", "env_kwarg_message", "valid_env_kwargs"]
 
 _CREATOR = re.compile(r"unexpected keyword argument '([^']+)' was raised from the environment creator for (\S+) with kwargs")
@@ -21,8 +23,6 @@ _BARE = re.compile(r"unexpected keyword argument '([^']+)'")
 
 def _registered_ids() -> list[str]:
     import gymnasium as gym
-
-    from stratagym.envs.registry import register_all
 
     register_all()  # stratagym's envs and entry-point plug-ins
     return sorted(gym.registry)
