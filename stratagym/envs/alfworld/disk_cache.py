@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from stratagym.atomic import atomic_write
+from stratagym.envs.alfworld import fast_translate, paths
 from stratagym.errors import ConfigError
 
 __all__ = ["cache_dir", "enabled", "max_entries", "translator_version", "key", "load", "store", "evict", "stats",
@@ -106,8 +107,6 @@ def cache_dir() -> Path:
     env = os.environ.get("STRATAGYM_ALFWORLD_SAS_CACHE")
     if env:
         return Path(env).expanduser()
-    from stratagym.envs.alfworld import paths
-
     return paths.cache_root() / "alfworld-sas"
 
 
@@ -121,10 +120,9 @@ def translator_version() -> str:
     if _version is not None:
         return _version
     import importlib.metadata
+    import importlib.util
 
     import fast_downward
-
-    from stratagym.envs.alfworld import fast_translate, speedups
 
     h = hashlib.sha256(f"format {FORMAT}\npython {sys.version_info[0]}.{sys.version_info[1]}\n".encode())
     for dist in ("fast_downward_textworld", "textworld"):
@@ -134,7 +132,9 @@ def translator_version() -> str:
             h.update(f"{dist} ?\n".encode())
     fd_root = Path(fast_downward.__file__).parent
     sources = [fd_root / "__init__.py", *sorted((fd_root / "translate").rglob("*.py")),
-               Path(fast_translate.__file__), Path(speedups.__file__)]
+               Path(fast_translate.__file__),
+               # speedups imports this module: its source is found without importing it (no import cycle)
+               Path(importlib.util.find_spec("stratagym.envs.alfworld.speedups").origin)]
     for path in sources:
         with contextlib.suppress(OSError):
             data = path.read_bytes()

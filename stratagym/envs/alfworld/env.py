@@ -31,6 +31,7 @@ from typing import Any, Sequence
 from stratagym.envs.alfworld.engine import AlfredEngine, EngineState
 from stratagym.envs.alfworld.games import GameSet, resolve_games
 from stratagym.envs.core import StepResult, TextEnv
+from stratagym.envs.fingerprint import hash_files
 
 __all__ = ["ALFWorldEnv", "normalize_command"]
 
@@ -110,8 +111,6 @@ class ALFWorldEnv(TextEnv):
     def protocol_data(self) -> dict[str, Any]:
         """The split's game files by content (not where they live: bundled or real data alike), for the
         protocol fingerprint."""
-        from stratagym.envs.fingerprint import hash_files
-
         return {"games": hash_files(e.game_file for e in self.games.entries)}
 
     def task_type(self, task_id: str) -> str:

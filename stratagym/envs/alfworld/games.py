@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 from stratagym.atomic import atomic_write, publish_folder
 from stratagym.envs.alfworld import paths
 from stratagym.envs.alfworld.generator import TASK_TYPES, GameRecord, game_json, problem_pddl, traj_data
+from stratagym.envs.alfworld.runtime import logic_files  # re-exported: the CLI and tests read it from here
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
 
@@ -124,21 +125,6 @@ def canonical_task_types(task_types: Iterable[str | int] | str | int | None) -> 
 # --------------------------------------------------------------------------------------------------
 # Bundled data
 # --------------------------------------------------------------------------------------------------
-
-
-def logic_files() -> tuple[str, str]:
-    """The PDDL domain and the grammar (with its ``UNKNOWN GOAL`` placeholder) games are built with.
-
-    The bundled copies (``data/alfworld/alfred.{pddl,twl2}``, from alfworld 0.4.2) keep bundled games
-    stable; without them, the installed alfworld package's files are used.
-    """
-    d = paths.bundled_dir()
-    if (d / "alfred.pddl").is_file() and (d / "alfred.twl2").is_file():
-        return (d / "alfred.pddl").read_text(), (d / "alfred.twl2").read_text()
-    from stratagym.envs.alfworld.runtime import load_engine_modules
-
-    m = load_engine_modules()
-    return Path(m.alfworld.ALFRED_PDDL_PATH).read_text(), Path(m.alfworld.ALFRED_TWL2_PATH).read_text()
 
 
 def problem_digest(record: GameRecord) -> str:

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from stratagym.envs.alfworld.engine import AlfredEngine
+from stratagym.envs.alfworld.runtime import load_engine_modules, logic_files
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -96,8 +98,6 @@ class _Knowledge:
     """The constants the generator needs, read from alfworld once."""
 
     def __init__(self) -> None:
-        from stratagym.envs.alfworld.runtime import load_engine_modules
-
         mods = load_engine_modules()
         c = mods.constants
         self.gdict = mods.goal_library.gdict
@@ -455,9 +455,6 @@ class _Verifier:
     """Plays a record's planner walkthrough through the real engine (with the parse cache)."""
 
     def __init__(self) -> None:
-        from stratagym.envs.alfworld.engine import AlfredEngine
-        from stratagym.envs.alfworld.games import logic_files
-
         self.domain, self.grammar = logic_files()
         self.engine = AlfredEngine(expert=None)
 

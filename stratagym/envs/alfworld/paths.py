@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from stratagym.paths import cache_dir
+
 __all__ = [
     "REPO_ROOT",
     "bundled_dir",
@@ -47,8 +49,6 @@ def cache_root() -> Path:
     env = os.environ.get("STRATAGYM_ALFWORLD_CACHE")
     if env:
         return Path(env)
-    from stratagym.paths import cache_dir
-
     return cache_dir("alfworld")
 
 

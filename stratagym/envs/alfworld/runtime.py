@@ -19,12 +19,13 @@ import os
 import sys
 import tempfile
 import threading
+from pathlib import Path
 from typing import Iterator
 
 from stratagym.envs.alfworld import paths
 from stratagym.errors import ConfigError
 
-__all__ = ["load_engine_modules", "preserve_argv", "EngineModules"]
+__all__ = ["load_engine_modules", "logic_files", "preserve_argv", "EngineModules"]
 
 _LOCK = threading.Lock()
 _MODULES: "EngineModules | None" = None
@@ -103,3 +104,16 @@ def load_engine_modules() -> EngineModules:
             interface.tempfile = _TempfileShim(str(paths.cache_root() / "tmp"))
         _MODULES = modules
         return modules
+
+
+def logic_files() -> tuple[str, str]:
+    """The PDDL domain and the grammar (with its ``UNKNOWN GOAL`` placeholder) games are built with.
+
+    The bundled copies (``data/alfworld/alfred.{pddl,twl2}``, from alfworld 0.4.2) keep bundled games
+    stable; without them, the installed alfworld package's files are used.
+    """
+    d = paths.bundled_dir()
+    if (d / "alfred.pddl").is_file() and (d / "alfred.twl2").is_file():
+        return (d / "alfred.pddl").read_text(), (d / "alfred.twl2").read_text()
+    m = load_engine_modules()
+    return Path(m.alfworld.ALFRED_PDDL_PATH).read_text(), Path(m.alfworld.ALFRED_TWL2_PATH).read_text()

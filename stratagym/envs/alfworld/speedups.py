@@ -81,7 +81,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
-from stratagym.envs.alfworld import disk_cache
+from stratagym.envs.alfworld import disk_cache, fast_translate
 
 __all__ = ["active", "install", "is_active", "cache_info", "clear_caches", "set_game_cache_size", "register_grammar_template",
            "library_changed", "GRAMMAR_PLACEHOLDER"]
@@ -187,8 +187,6 @@ def clear_caches(*, games_only: bool = False) -> None:
     if not games_only:
         _PARSE_CACHE.clear()
         _QUERY_CACHE.clear()
-        from stratagym.envs.alfworld import fast_translate
-
         fast_translate._SPLITS.clear()  # the recorded Datalog rule splits (shared by a domain's games)
         for text in _TEMPLATES:
             _TEMPLATES[text] = None
@@ -457,8 +455,6 @@ def install() -> None:
 
         # 4b. inside that translation: its generic loops (see fast_translate), same results faster
         from fast_downward.translate import build_model, instantiate, sas_tasks
-
-        from stratagym.envs.alfworld import fast_translate
 
         stock_compute_model = build_model.compute_model
         stock_operator_output = sas_tasks.SASOperator.output
