@@ -27,6 +27,7 @@ from stratagym.envs.core import ConfigError, StepResult
 from stratagym.envs.webshop.site import BACK_TO_SEARCH, SEARCH_BUTTON, SEP, clean_text, clickable_order, is_shown
 from stratagym.envs.webshop.site_config import SiteConfig
 from stratagym.envs.webshop.text_env import WebShopEnvBase, parse_action
+from stratagym.serving import serve_in_thread
 
 __all__ = ["WebShopBrowserEnv", "chrome_options", "CHROMIUM", "CHROMEDRIVER"]
 
@@ -143,8 +144,7 @@ class WebShopBrowserEnv(WebShopEnvBase):
     @property
     def base_url(self) -> str:
         if self._base_url is None:
-            from stratagym.envs.webshop.web import create_app
-            from stratagym.serving import serve_in_thread
+            from stratagym.envs.webshop.web import create_app  # lazy: flask (~250 ms), only once a page is asked for
 
             self._server = serve_in_thread(create_app(self.site, split="all"), name="webshop-server")
             self._base_url = self._server.url

@@ -56,6 +56,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
+from stratagym.errors import ConfigError
+
 __all__ = [
     "COLOR_SET",
     "FUZZY_THRESHOLD",
@@ -181,8 +183,6 @@ class _NounBackend:
 
                 nlp = spacy.load(backend, disable=["parser", "ner", "lemmatizer"])
             except (ImportError, OSError) as exc:
-                from stratagym.errors import ConfigError
-
                 raise ConfigError(
                     f"cannot load the spaCy pipeline {backend!r} for WebShop title nouns ({exc}); install it "
                     f"(e.g. `pip install {backend}` from a spaCy models wheel) or use title_nouns='fallback'"

@@ -27,8 +27,10 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from stratagym import java
 from stratagym.atomic import publish_folder
 from stratagym.errors import ConfigError
+from stratagym.paths import cache_dir
 
 __all__ = [
     "SEARCH_RETURN_N",
@@ -106,9 +108,6 @@ class PyseriniEngine:
 
     def __init__(self, products: Sequence[Mapping[str, Any]], *, index_dir: str | os.PathLike[str] | None = None,
                  k1: float = K1, b: float = B, cache_size: int = 4096):
-        from stratagym import java
-        from stratagym.paths import cache_dir
-
         docs = [{"id": p["asin"], "contents": product_document(p)} for p in products]
         digest = hashlib.blake2b(json.dumps(docs, sort_keys=True).encode("utf-8"), digest_size=8).hexdigest()
         root = Path(index_dir) if index_dir else cache_dir("webshop-index")
@@ -134,8 +133,6 @@ class PyseriniEngine:
 
 def build_lucene_index(docs: Sequence[Mapping[str, str]], index_path: Path) -> None:
     """Index JSON documents with Anserini's ``IndexCollection`` (a ``java`` subprocess), atomically."""
-    from stratagym import java
-
     index_path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=index_path.parent))
     try:
