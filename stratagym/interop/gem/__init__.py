@@ -29,6 +29,6 @@ def register_all() -> list[str]:
     Why a function: GEM 0.1.0 has no plug-in discovery (its registry is a dict filled by ``gem.register``
     calls at import), so a user calls this once after ``import gem``. Idempotent; returns the ids added.
     """
-    from stratagym.interop.gem.export import register_all as _register_all
+    from stratagym.interop.gem.export import register_all as _register_all  # optional: export imports gem (gem-llm)
 
     return _register_all()

@@ -9,6 +9,8 @@ from typing import Any
 
 import typer
 
+from stratagym.interop.openenv.cli import parse_env_kwargs, print_check_results, print_soak_report
+
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     groups["envs"].command("check-gem")(check_gem)
@@ -26,9 +28,9 @@ def check_gem(
     """Contract, fuzz and determinism checks (and a soak) on a GEM env, through stratagym/GEM-v0."""
     from rich.console import Console
 
+    # lazy: ~15 ms of imports; `stratagym --help` stays fast
     from stratagym.interop.gem.gem_env import GEMTextEnv
     from stratagym.interop.openenv.check import check_envs, soak_envs
-    from stratagym.interop.openenv.cli import parse_env_kwargs, print_check_results, print_soak_report
 
     kwargs: dict[str, Any] = {"gem_id": gem_id, "gem_kwargs": parse_env_kwargs(gem_kwarg), "tasks": tasks,
                               "max_steps": max_steps}

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import gymnasium
 
 from stratagym.envs.episode import EpisodeKey
+from stratagym.envs.registry import list_envs
 from stratagym.interop.gem.compat import import_gem
 from stratagym.envs.random_agent import RandomAgent
 
@@ -111,8 +112,6 @@ class StrataGemEnv(gem.Env):
 
 def register_all() -> list[str]:
     """Register every stratagym env id with ``gem.register`` (idempotent); returns the ids added now."""
-    from stratagym.envs.registry import list_envs
-
     added = []
     for spec in list_envs():
         if spec.id in GEM_EXCLUDED:

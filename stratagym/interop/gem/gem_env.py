@@ -74,7 +74,7 @@ class GEMTextEnv(TextEnv):
         gem = import_gem()
         from gem.utils.constants import LanguageGameReward
 
-        from stratagym.interop.gem.export import StrataGemEnv, register_all
+        from stratagym.interop.gem.export import StrataGemEnv, register_all  # optional: export imports gem (gem-llm)
 
         if not isinstance(gem_id, str) or not gem_id:
             raise ConfigError(f"gem_id must be a GEM env id such as {DEFAULT_GEM_ID!r}, got {gem_id!r}")

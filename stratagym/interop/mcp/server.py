@@ -26,6 +26,8 @@ import json
 import threading
 from typing import Any, Callable, Mapping, Optional
 
+from stratagym.envs.registry import tool_set_for
+from stratagym.envs.tools import ArgumentChecker, format_call
 from stratagym.errors import ConfigError
 from stratagym.serving import LoopbackServer, serve_in_thread
 
@@ -52,15 +54,12 @@ class EpisodeHost:
     def __init__(self, env_id: str, env_kwargs: Optional[Mapping[str, Any]] = None):
         import gymnasium as gym
 
-        import stratagym.envs  # noqa: F401  (registers the envs)
-
         kwargs = dict(env_kwargs or {})
         if kwargs.get("protocol", "tools") != "tools":
             raise ConfigError("an MCP server plays the env's tools protocol; drop protocol or set protocol=tools")
         if kwargs.get("tool_parser", "hermes") != "hermes":
             raise ConfigError("an MCP server passes structured calls to the env; drop tool_parser (hermes is used)")
         kwargs.update(protocol="tools", tool_parser="hermes")
-        from stratagym.envs.registry import tool_set_for
 
         self.schemas: list[dict[str, Any]] = tool_set_for(env_id).schemas()  # an env without tools: ConfigError
         self.env_id = env_id
@@ -73,8 +72,6 @@ class EpisodeHost:
     def reset(self, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """Start an episode from the ``reset`` tool's arguments (checked against :data:`RESET_SCHEMA`): its
         first observation and a JSON-safe ``info``. Bad arguments or an unknown task: ConfigError."""
-        from stratagym.envs.tools import ArgumentChecker
-
         problem = ArgumentChecker("reset", RESET_SCHEMA).problem(arguments)
         if problem:
             raise ConfigError(problem)
@@ -89,8 +86,6 @@ class EpisodeHost:
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """One env step for a call to the env tool ``name``: the observation and the step's structured result."""
-        from stratagym.envs.tools import format_call
-
         with self._lock:
             if not self._live:
                 raise ConfigError("no episode is running: call reset first (after an episode ends, reset starts the next)")

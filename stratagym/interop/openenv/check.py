@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from stratagym.envs.core import INFO_KEYS
+from stratagym.interop.openenv.client_env import OpenEnvTextEnv
 
 __all__ = ["FUZZ_TEXT", "CheckResult", "check_server", "check_envs", "soak", "soak_envs", "SoakReport",
            "process_resources"]
@@ -34,8 +35,6 @@ class CheckResult:
 
 
 def _env(base_url: str, tasks: Sequence[Mapping[str, Any] | str] | None, **kwargs: Any) -> Any:
-    from stratagym.interop.openenv.client_env import OpenEnvTextEnv
-
     return OpenEnvTextEnv(base_url=base_url, tasks=tasks, **kwargs)
 
 

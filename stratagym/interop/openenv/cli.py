@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 
+from stratagym.display import esc
 from stratagym.errors import ConfigError
 
 
@@ -52,12 +53,10 @@ def serve_env(
     try:
         import uvicorn
 
-        from stratagym.interop.openenv.server import create_server_app
+        from stratagym.interop.openenv.server import create_server_app  # optional: openenv-core (the openenv extra)
     except ImportError as exc:
         raise ConfigError(f"serving OpenEnv needs openenv-core: pip install 'stratagym[openenv]' ({exc})") from None
     from rich.console import Console
-
-    from stratagym.display import esc
 
     console = Console(stderr=True)
     app = create_server_app(env_id, parse_env_kwargs(env_kwarg), max_concurrent_envs=max_concurrent_envs,
@@ -86,7 +85,7 @@ def check_openenv(
     """Contract, fuzz and determinism checks (and a soak) against any OpenEnv server, through stratagym/OpenEnv-v0."""
     from rich.console import Console
 
-    from stratagym.interop.openenv.check import check_server, soak
+    from stratagym.interop.openenv.check import check_server, soak  # lazy: ~6-9 ms; `stratagym --help` stays fast
 
     console = Console()
     tasks = [_task(t) for t in task] or None
@@ -104,8 +103,6 @@ def check_openenv(
 def print_check_results(console: Any, results: Any) -> int:
     """Print each check as ok/FAIL with its (escaped) detail; returns how many failed. Shared by the
     ``check-openenv`` and ``check-gem`` commands."""
-    from stratagym.display import esc
-
     failed = 0
     for result in results:
         failed += not result.ok
@@ -118,8 +115,6 @@ def print_soak_report(console: Any, report: Any, sessions: int, *, peak_label: s
                       unsampled: str = "") -> int:
     """Print a soak's counts, the sampled process's peak and change (``peak_label``, ``change_label`` name that
     process), failed episodes and leaks; returns 1 for leaks plus 1 for failed episodes."""
-    from stratagym.display import esc
-
     peak = ", ".join(f"{k} {v:.0f}" for k, v in report.peak.items() if k != "done") or unsampled
     console.print(f"soak: {report.resets} resets, {report.steps} steps, {report.failures} failed episodes in "
                   f"{report.seconds:.1f} s over {sessions} sessions; {peak_label}: {peak}")

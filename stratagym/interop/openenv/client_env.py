@@ -31,6 +31,7 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from stratagym.envs.core import INFO_KEYS, ConfigError, StepResult, TextEnv
+from stratagym.serving import serve_in_thread
 
 __all__ = ["OpenEnvTextEnv", "OpenEnvError"]
 
@@ -298,8 +299,7 @@ def _loopback_server(env_id: str, kwargs: dict[str, Any]) -> tuple[str, list[str
         if key not in _SERVERS:
             import gymnasium as gym
 
-            from stratagym.interop.openenv.server import create_server_app
-            from stratagym.serving import serve_in_thread
+            from stratagym.interop.openenv.server import create_server_app  # optional: openenv-core (the openenv extra)
 
             probe = gym.make(env_id, **kwargs)
             try:

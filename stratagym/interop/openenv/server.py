@@ -30,6 +30,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
+import stratagym  # registers the envs; get_spec and __version__ are read from it
 from stratagym.serving import SecurityHeaders
 from stratagym.errors import ConfigError
 
@@ -92,8 +93,6 @@ class StrataEnvironment(Environment):
         if self._env is None:
             import gymnasium as gym
 
-            import stratagym  # noqa: F401  (registers the envs)
-
             self._env = gym.make(self.env_id, **self.env_kwargs)
         return self._env
 
@@ -142,8 +141,6 @@ class StrataEnvironment(Environment):
         return StrataState(episode_id=self._episode_id, step_count=self._steps, env_id=self.env_id, task_id=task)
 
     def get_metadata(self) -> EnvironmentMetadata:
-        import stratagym
-
         spec = stratagym.get_spec(self.env_id)
         return EnvironmentMetadata(name=self.env_id, description=spec.description,
                                    version=getattr(stratagym, "__version__", None), author="stratagym")
@@ -179,8 +176,6 @@ def create_server_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, 
     The env is built once here so a bad id or bad kwargs fail now, with the fix, not in every session.
     """
     import gymnasium as gym
-
-    import stratagym
 
     if max_concurrent_envs < 1:
         raise ConfigError(f"--max-concurrent-envs must be >= 1, got {max_concurrent_envs}")

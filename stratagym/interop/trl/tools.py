@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import stratagym  # noqa: F401  (registers the envs)
+
 __all__ = ["TRLToolEnv"]
 
 EPISODE_OVER = "The episode is over; no more actions are taken."
@@ -33,8 +35,6 @@ class TRLToolEnv:
 
     def __init__(self, **env_kwargs: Any):
         import gymnasium as gym
-
-        import stratagym  # noqa: F401  (registers the envs)
 
         self._env = gym.make(self.env_id, **{**self.env_kwargs, **env_kwargs})
         self._reward = 0.0
