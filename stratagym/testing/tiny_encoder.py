@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Iterable
 
 from stratagym.atomic import publish_folder
+from stratagym.envs.search_qa.data import load_corpus
+from stratagym.paths import cache_dir as project_cache
 
 __all__ = ["TinyEncoderConfig", "build_tiny_encoder", "tiny_encoder_path"]
 
@@ -44,8 +46,6 @@ class TinyEncoderConfig:
 
 
 def _default_texts() -> list[str]:
-    from stratagym.envs.search_qa.data import load_corpus
-
     return load_corpus("bundled").contents
 
 
@@ -87,8 +87,6 @@ def build_tiny_encoder(out_dir: str | os.PathLike, config: TinyEncoderConfig = T
 def tiny_encoder_path(config: TinyEncoderConfig = TinyEncoderConfig(), cache_dir: str | os.PathLike | None = None) -> Path:
     """The cached tiny encoder for ``config`` (trained on the bundled corpus), built on first use."""
     if cache_dir is None:
-        from stratagym.paths import cache_dir as project_cache
-
         cache_dir = project_cache("tiny-models")
     path = Path(cache_dir) / config.key()
     if not (path / "config.json").exists():
