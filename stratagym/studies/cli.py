@@ -119,7 +119,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         its pre-registration fixes (refused without a complete, consistent, committed pre-registration)."""
         from pathlib import Path
 
-        from stratagym.studies import llm  # lazy: ~20 ms of imports; `stratagym --help` stays fast
+        from stratagym.studies import llm  # lazy: ~35 ms of imports; `stratagym --help` stays fast
 
         if name == "list":
             for n in llm.llm_study_names():

@@ -27,7 +27,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Serve the WebShop web site (same pages as stratagym/WebShop-v0) until interrupted."""
         from rich.console import Console
 
-        # lazy: the site and web app need the webshop extra (rapidfuzz, flask; ~300 ms); `stratagym --help` stays fast
+        # lazy: the site and web app need the webshop extra (rapidfuzz, flask; ~250 ms); `stratagym --help` stays fast
         from stratagym.envs.webshop.site_config import SiteConfig, build_site
         from stratagym.envs.webshop.web import create_app
         from stratagym.serving import serve_in_thread
