@@ -27,6 +27,12 @@ from typing import Any, NamedTuple, Optional, Union
 
 import yaml
 
+from stratagym.agents.tiny_lm import tiny_lm_path
+from stratagym.algorithms.losses import AGG_MODES, KL_TYPES
+from stratagym.algorithms.off_policy import OffPolicyCorrection
+from stratagym.algorithms.registry import get_estimator, get_policy_loss
+from stratagym.envs.hints import unknown_env_message, valid_env_kwargs
+from stratagym.envs.registry import register_all
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -120,31 +126,10 @@ class AlgorithmConfig:
     reward_scale: float = 1.0
 
 
-@dataclass
-class OffPolicyConfig:
-    """Off-policy correction of the policy loss (:mod:`stratagym.algorithms.off_policy`), off by default.
-
-    The sampling log-probs the backends record are the behaviour policy; ``tis`` (``token`` |
-    ``sequence``) multiplies each token's loss by the truncated ratio ``min(pi_old / mu, tis_cap)``;
-    ``mis`` (``token`` | ``sequence`` | ``geometric``) drops tokens or whole sequences whose ratio leaves
-    ``[mis_low, mis_high]`` (``mis_low`` unset: ``1 / mis_high``). Needed when rollouts are stale
-    (``rollout.max_staleness`` > 0) or the sampler's numerics differ from the trainer's (vLLM)."""
-
-    tis: Optional[str] = None
-    tis_cap: float = 2.0
-    mis: Optional[str] = None
-    mis_high: float = 2.0
-    mis_low: Optional[float] = None
-
-    def correction(self) -> Any:
-        """The validated :class:`~stratagym.algorithms.off_policy.OffPolicyCorrection`; a bad value is a
-        ConfigError naming the ``loss.off_policy`` key."""
-        from stratagym.algorithms.off_policy import OffPolicyCorrection
-
-        try:
-            return OffPolicyCorrection(self.tis, self.tis_cap, self.mis, self.mis_high, self.mis_low)
-        except ValueError as exc:
-            raise ConfigError(f"loss.off_policy: {exc}") from None
+#: The recipe's ``loss.off_policy`` section is the correction itself: its fields (``tis``, ``tis_cap``, ``mis``,
+#: ``mis_high``, ``mis_low``) are the YAML keys, and a bad value is a ConfigError naming the key
+#: (:func:`build_dataclass` names the section of a ValueError the dataclass raises). Kept under its old name.
+OffPolicyConfig = OffPolicyCorrection
 
 
 @dataclass
@@ -155,7 +140,8 @@ class LossConfig:
     ``gpg``, ``clip_cov``, ``kl_cov``, ``dppo_tv``, ``dppo_kl``; ``list_policy_losses()``);
     ``options``: its own options (e.g. ``{tau_neg: 1.1}`` for ``sapo``).  ``clip_low`` /
     ``clip_high`` / ``clip_c`` go to the losses that declare them.  The rest are shared by every loss;
-    ``off_policy`` is the importance correction of stale or mismatched samples (:class:`OffPolicyConfig`).
+    ``off_policy`` is the importance correction of stale or mismatched samples
+    (:class:`~stratagym.algorithms.off_policy.OffPolicyCorrection`: TIS / MIS, off by default).
 
     Whether the importance ratio is per token or per sequence is the loss's own (its registry entry's
     ``ratio``: ``gspo`` is the sequence-level one). ``ratio_level`` is no option: its only value is
@@ -174,12 +160,10 @@ class LossConfig:
     kl_type: str = "k3"
     kl_is_correction: bool = False
     entropy_coef: float = 0.0
-    off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
+    off_policy: OffPolicyCorrection = field(default_factory=OffPolicyCorrection)
 
     def loss_options(self) -> dict[str, Any]:
         """The chosen loss's options: the clip fields it declares, then ``options``."""
-        from stratagym.algorithms.registry import get_policy_loss
-
         declared = get_policy_loss(self.name).defaults
         if self.clip_c is not None and "clip_c" not in declared:
             raise ConfigError(f"loss.clip_c is not an option of loss {self.name!r}; "
@@ -287,9 +271,6 @@ class RecipeConfig:
         """:meth:`validate`, returning the estimator and the policy loss it built to check the
         ``algorithm`` and ``loss`` sections: the trainer trains with these, so neither is built twice. The
         estimator is a new one on every call (it may hold state, e.g. HA-DW's difficulty anchors)."""
-        from stratagym.algorithms.losses import AGG_MODES, KL_TYPES
-        from stratagym.algorithms.registry import get_estimator, get_policy_loss
-
         if not self.env.id:
             raise ConfigError("env.id is missing: name a registered env, e.g. env: {id: stratagym/SearchQA-v0}")
         self.env.task_slice()
@@ -334,7 +315,6 @@ class RecipeConfig:
         loss_fn = get_policy_loss(self.loss.name, **self.loss.loss_options())
         if self.loss.clip_c is not None and self.loss.clip_c <= 1:
             raise ConfigError(f"loss.clip_c (dual clip) must be > 1, got {self.loss.clip_c}")
-        self.loss.off_policy.correction()  # ConfigError naming the bad loss.off_policy key
         if self.loss.kl_coef < 0:
             raise ConfigError(f"loss.kl_coef must be >= 0, got {self.loss.kl_coef}")
         if self.optim.lr <= 0:
@@ -381,8 +361,6 @@ class RecipeConfig:
         cfg = build_dataclass(cls, data)
         policy = dict(cfg.policy)
         if policy.get("model") == "tiny":
-            from stratagym.agents.tiny_lm import tiny_lm_path
-
             policy["model"] = str(tiny_lm_path())
         cfg.policy = policy
         return cfg.validate()
@@ -394,9 +372,6 @@ def check_env(env_id: str, kwarg_sets: dict[str, dict[str, Any]]) -> None:
     import difflib
 
     import gymnasium as gym
-
-    from stratagym.envs.hints import unknown_env_message, valid_env_kwargs
-    from stratagym.envs.registry import register_all
 
     register_all()
     if env_id not in gym.registry:
@@ -493,7 +468,10 @@ def build_dataclass(cls: type, data: Any, prefix: str = "", *, root: str = "reci
     if unknown:
         raise ConfigError(f"unknown key(s) {unknown} in {prefix or root}; valid keys: {names}")
     kwargs = {k: _check_type(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # a dataclass that checks its own values (__post_init__), e.g. loss.off_policy
+        raise ConfigError(f"{prefix or root}: {exc}") from None
 
 
 def read_yaml_mapping(path: str | Path, overrides: Optional[dict[str, Any]] = None, *, examples: str = "recipes/") -> dict[str, Any]:

@@ -44,11 +44,15 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from stratagym.agents.policy import Generation
 from stratagym.agents.prompts import PromptTemplate, template_for_env
+from stratagym.agents.scripted import ScriptedPolicy
 from stratagym.agents.tool_messages import trl_messages
-from stratagym.envs.registry import tool_set_for
+from stratagym.atomic import atomic_write
+from stratagym.envs.registry import agent_env_kwargs, make_agent, tool_set_for
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
+from stratagym.training.rollout import InProcessPool, play
 
 __all__ = [
     "DemosFormatError",
@@ -82,8 +86,6 @@ class _DemoPolicy:
     model = None
 
     def __init__(self, agent: Any, *, template_override: Optional[str], memory_k: int):
-        from stratagym.agents.scripted import ScriptedPolicy
-
         self.scripted = ScriptedPolicy(agent)
         self.template_override = template_override
         self.memory_k = int(memory_k)
@@ -92,8 +94,6 @@ class _DemoPolicy:
         return template_for_env(request.env_id, request.info, self.template_override)
 
     def generate(self, requests: Sequence[Any], *, greedy: bool = False) -> list[Any]:
-        from stratagym.agents.policy import Generation
-
         expert = self.scripted.generate(requests, greedy=greedy)
         out = []
         for req, gen in zip(requests, expert):
@@ -211,10 +211,6 @@ def collect_demos(
     """
     import gymnasium as gym
 
-    import stratagym  # noqa: F401  (registers the envs)
-    from stratagym.envs.registry import agent_env_kwargs, make_agent
-    from stratagym.training.rollout import InProcessPool, play
-
     name = agent.split(":", 1)[1] if agent.startswith("scripted:") else agent
     if not name:
         raise ConfigError("--agent needs a scripted agent name, e.g. scripted:oracle")
@@ -330,10 +326,8 @@ def _jsonable(v: Any) -> bool:
 
 def write_demos(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write ``records`` as JSON lines, atomically (a reader never sees half a file)."""
-    from stratagym.training.checkpoint import atomic_write_text
-
     path = Path(path)
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records))
+    atomic_write(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records))
     return path
 
 

@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 import torch
 
+from stratagym.agents.policy import unwrap_model
+
 __all__ = [
     "end_process_group_at_exit",
     "share_batch_statistics",
@@ -37,8 +39,6 @@ def bare_model(owner: Any):
     forward may broadcast the module's buffers (an LLM body has some, e.g. rotary frequencies): a
     collective, which a process scoring no sample never joins, so the others wait forever. A pass
     without gradients needs none of DDP's hooks. No change where the model is not wrapped (one process)."""
-    from stratagym.agents.policy import unwrap_model
-
     wrapped = getattr(owner, "model", None)
     bare = unwrap_model(wrapped) if wrapped is not None else None
     if bare is None or bare is wrapped:

@@ -42,9 +42,17 @@ from typing import Any, Optional, Sequence
 
 
 from stratagym.agents.env_fit import META_FILE, check_policy_for_env  # re-exported (their home is agents)
+from stratagym.agents.llm import LLMConfig, LLMPolicy, _apply_lora
+from stratagym.agents.prompts import template_for_env
+from stratagym.agents.small_lm import (SmallLMConfig, build_model, check_tokenizer_for_template, save_model_atomic,
+                                       template_tags, train_tokenizer)
+from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
+from stratagym.precision import resolve_dtype
 from stratagym.training.config import build_dataclass, read_yaml_mapping
+from stratagym.training.demos import collect_demos, demos_digest, read_demos, write_demos
+from stratagym.training.rollout import play
 
 __all__ = [
     "SFTRecipe",
@@ -165,9 +173,6 @@ def load_sft_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None
 
 
 def validate_recipe(recipe: SFTRecipe) -> SFTRecipe:
-    from stratagym.agents.llm import LLMConfig
-    from stratagym.agents.small_lm import SmallLMConfig
-
     if not recipe.env.id:
         raise ConfigError("env.id is missing: e.g. env: {id: stratagym/SearchQA-v0, kwargs: {split: train}}")
     s = recipe.sft
@@ -290,9 +295,7 @@ def _marker_callback() -> Any:
                     if p.is_file():
                         with open(p, "rb") as fh:
                             os.fsync(fh.fileno())
-                from stratagym.training.checkpoint import atomic_write_text
-
-                atomic_write_text(ckpt / _MARKER, "ok\n")
+                atomic_write(ckpt / _MARKER, "ok\n")
             return control
 
     return CompleteMarker()
@@ -333,8 +336,6 @@ def _completion_logits_trainer() -> type:
 
 
 def _policy_config(recipe: SFTRecipe, model_path: str, records: Sequence[dict[str, Any]]) -> Any:
-    from stratagym.agents.llm import LLMConfig
-
     data = dict(recipe.policy)
     rec0 = records[0]
     demo_k = int(rec0.get("memory_k", data.get("memory_k", 2)))
@@ -358,12 +359,6 @@ def _stage(log: dict[str, float], name: str, t0: float) -> float:
 def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, echo: Any = print) -> dict[str, Any]:
     """Run the stages of the module docstring; returns the summary also written to ``sft_meta.json``."""
     import torch
-
-    from stratagym.agents.llm import LLMPolicy
-    from stratagym.agents.prompts import template_for_env
-    from stratagym.agents.small_lm import (SmallLMConfig, build_model, check_tokenizer_for_template,
-                                           save_model_atomic, template_tags, train_tokenizer)
-    from stratagym.training.demos import collect_demos, demos_digest, read_demos, write_demos
 
     torch.set_num_threads(recipe.sft.threads)
     out = Path(recipe.output_dir)
@@ -389,8 +384,6 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     t = _stage(times, "demos_s", t)
 
     # 2. tokenizer + base model
-    from stratagym.precision import resolve_dtype
-
     compute = resolve_dtype(str(recipe.policy.get("dtype", "float32")), "cuda" if torch.cuda.is_available() else "cpu")
     template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
                                 recipe.policy.get("template"))
@@ -428,8 +421,6 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     export = recipe.export_dir
     policy = LLMPolicy(model, tokenizer, _policy_config(recipe, str(export), records))
     if policy.config.lora:  # LoRA SFT (policy.lora): only the adapter trains; the export is the adapter alone
-        from stratagym.agents.llm import _apply_lora
-
         model = policy.model = _apply_lora(model, policy.config.lora)
         n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         echo(f"LoRA {dict(policy.config.lora)}: {n_trainable / 1e6:.2f}M trainable parameters")
@@ -524,10 +515,8 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         t = _stage(times, "eval_s", t)
         echo(f"greedy eval on {ev['n']} tasks of split {ev.get('split')}: score {ev['score']:.3f}, success {ev['success']:.3f}, well-formed turns {ev['format_ok']:.3f}")
     meta["times"] = times
-    from stratagym.training.checkpoint import atomic_write_text
-
-    atomic_write_text(export / META_FILE, json.dumps(meta, indent=1, sort_keys=True))
-    atomic_write_text(out / "sft_summary.json", json.dumps({k: v for k, v in meta.items() if k != "loss_curve"}, indent=1, sort_keys=True))
+    atomic_write(export / META_FILE, json.dumps(meta, indent=1, sort_keys=True))
+    atomic_write(out / "sft_summary.json", json.dumps({k: v for k, v in meta.items() if k != "loss_curve"}, indent=1, sort_keys=True))
     return meta
 
 
@@ -539,10 +528,6 @@ def evaluate_checkpoint(path: str | Path, env_id: str, env_kwargs: dict[str, Any
     per-task scores (in task order, so two checkpoints can be compared pair by pair).
     """
     import gymnasium as gym
-
-    import stratagym  # noqa: F401
-    from stratagym.agents.llm import LLMPolicy
-    from stratagym.training.rollout import play
 
     policy = LLMPolicy.from_pretrained(str(path))
     check_policy_for_env(policy, env_id, env_kwargs)

@@ -51,8 +51,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from stratagym.agents.critic import build_critic
 from stratagym.agents.env_fit import check_policy_for_env
 from stratagym.agents.policy import policy_hooks, unwrap_model
+from stratagym.envs.registry import get_spec
+from stratagym.training.allocator import retain_heap
 from stratagym.training.async_rollout import AsyncRollouts, merge_async_extras
 from stratagym.training.checkpoint import (
     latest_checkpoint,
@@ -117,8 +120,6 @@ class Trainer(TrainerUpdate):
         if tc.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         if tc.retain_heap:
-            from stratagym.training.allocator import retain_heap
-
             retain_heap()
         self.accelerator = accelerator or Accelerator(
             mixed_precision=tc.mixed_precision, cpu=not torch.cuda.is_available()
@@ -171,8 +172,6 @@ class Trainer(TrainerUpdate):
             raise ConfigError(f"env {config.env.id!r} has no tasks{where} with kwargs {config.env.kwargs}")
         observed = None
         try:
-            from stratagym.envs.registry import get_spec
-
             get_spec(config.env.id)
         except KeyError:
             (res,) = self.collector.pool.reset([(0, 0, {"task_id": self._task_ids[0]})])
@@ -195,8 +194,6 @@ class Trainer(TrainerUpdate):
 
     def _setup_critic(self) -> None:
         """PPO's value model and its own AdamW (see :class:`~stratagym.training.config.CriticConfig`)."""
-        from stratagym.agents.critic import build_critic
-
         if self.estimator.level != "step":
             raise ConfigError(f"estimator {self.estimator.name!r} reads critic values but works on trajectory rows; "
                               "critic values are per turn (use the step-level 'gae')")

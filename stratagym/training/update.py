@@ -25,9 +25,13 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from stratagym.agents.policy import pad_right
 from stratagym.algorithms.advantages import gae
 from stratagym.algorithms.losses import policy_loss, value_loss
+from stratagym.algorithms.off_policy import importance_weights
+from stratagym.errors import ConfigError
 from stratagym.training.diagnostics import advantage_diagnostics
+from stratagym.training.parity import check_parity, logprob_parity, parity_bounds
 from stratagym.training.distributed import (
     bare_model,
     borrow_payload,
@@ -255,8 +259,6 @@ class TrainerUpdate:
         """Loss of the samples ``chunk`` of ``data`` and the share of the mini-batch it stands for;
         ``scores_out`` (sample index -> its scored log-probs, detached) collects the forward's log-probs
         for the parity check."""
-        from stratagym.agents.policy import pad_right
-
         lc = self.config.loss
         with self.accelerator.autocast():
             res = self.policy.sequence_log_probs([data.payloads[i] for i in chunk], with_entropy=lc.entropy_coef > 0)
@@ -294,10 +296,7 @@ class TrainerUpdate:
         """``loss.off_policy``'s importance weights of one micro-batch (``pi_old`` over the sampler's
         log-probs, :func:`~stratagym.algorithms.off_policy.importance_weights`) and their statistics,
         logged as ``loss/is_*``, ``loss/tis_*``, ``loss/mis_*``; ``(None, {})`` when the correction is off."""
-        from stratagym.algorithms.off_policy import importance_weights
-        from stratagym.errors import ConfigError
-
-        correction = self.config.loss.off_policy.correction()
+        correction = self.config.loss.off_policy
         if not correction.enabled:
             return None, {}
         if sampled is None:
@@ -362,8 +361,6 @@ class TrainerUpdate:
         ``lagged``: some of the step's groups were sampled by an older policy version (async mode,
         ``async/lag`` > 0). Their gap to the trainer is the policy lag, which ``loss.off_policy`` corrects,
         not a sampler fault, so the metrics are logged and ``parity_max`` is not applied."""
-        from stratagym.training.parity import check_parity, logprob_parity, parity_bounds
-
         sampled: list[Optional[torch.Tensor]] = []
         ids: list[list[int]] = []
         for s in samples:

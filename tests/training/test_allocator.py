@@ -57,7 +57,7 @@ def test_config_key_defaults_on_and_the_trainer_applies_it(tmp_path, monkeypatch
     from stratagym.training import trainer as trainer_mod
 
     calls = []
-    monkeypatch.setattr(allocator, "retain_heap", lambda: calls.append(1) or True)
+    monkeypatch.setattr(trainer_mod, "retain_heap", lambda: calls.append(1) or True)  # the name the trainer calls
 
     def config(**train) -> RecipeConfig:
         return RecipeConfig.from_dict({

@@ -6,6 +6,8 @@ from typing import Any, Optional
 
 import torch
 
+from stratagym.algorithms.registry import AdvantageBatch
+from stratagym.envs.registry import get_spec
 from stratagym.training.rollout.records import RolloutBatch, StepRecord
 
 __all__ = ["shape_rewards", "to_advantage_batch", "env_metadata_keys"]
@@ -31,8 +33,6 @@ def to_advantage_batch(batch: RolloutBatch, level: str) -> tuple[Any, torch.Tens
     Returns ``(advantage_batch, sample_row, samples)``: ``samples`` are the training samples (every step
     of every successful trajectory, in order) and ``sample_row[i]`` is the advantage row of sample i.
     """
-    from stratagym.algorithms.registry import AdvantageBatch
-
     if level not in ("trajectory", "step"):
         raise ValueError(f"level must be 'trajectory' or 'step', got {level!r}")
     ok = batch.ok
@@ -85,8 +85,6 @@ def _baselines(ok: list[Any], rewards: torch.Tensor) -> Optional[torch.Tensor]:
 def env_metadata_keys(env_id: str, observed_info: Optional[dict[str, Any]] = None) -> set[str]:
     """The metadata keys ``env_id`` provides: its stratagym ``EnvSpec.metadata_keys``, else the keys
     seen in an ``info`` dict (for envs registered with gymnasium directly)."""
-    from stratagym.envs.registry import get_spec
-
     try:
         return set(get_spec(env_id).metadata_keys)
     except KeyError:

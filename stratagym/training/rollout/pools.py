@@ -22,8 +22,7 @@ Result = Any  # a tuple from reset/step, or a BaseException for a failed call
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
     import gymnasium as gym
 
-    import stratagym  # noqa: F401  (registers the envs)
-
+    # the stratagym ids are registered: the stratagym package, imported before this module, registered them
     return gym.make(env_id, **env_kwargs)
 
 
