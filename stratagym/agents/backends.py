@@ -30,6 +30,8 @@ import torch
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig, first_stop
 from stratagym.agents.inference.hf_generator import HFGenerator
+from stratagym.agents.policy import unwrap_model
+from stratagym.agents.vllm_compat import register_cpu_kernels_safely, repack_cpu_embeddings
 from stratagym.envs.tools import format_call
 from stratagym.errors import ConfigError
 
@@ -56,8 +58,6 @@ def vllm_weight_items(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tenso
     For a peft/LoRA model the adapters must be merged first (:class:`VLLMGenerator` does it); names
     lose peft's ``base_model.model.`` prefix and ``.base_layer`` infix, and LoRA tensors are skipped.
     """
-    from stratagym.agents.policy import unwrap_model
-
     for name, param in unwrap_model(model).named_parameters():
         if "lora_" in name or ".original_module." in name:  # adapters (merged) and the untrained copy of
             continue  # a ``modules_to_save`` layer (its trained copy is ``modules_to_save.default``)
@@ -159,8 +159,6 @@ class VLLMGenerator:
             ) from exc
         if current_platform.is_cpu():
             self.device = "cpu"
-            from stratagym.agents.vllm_compat import register_cpu_kernels_safely
-
             register_cpu_kernels_safely(current_platform)
         elif current_platform.is_cuda_alike():
             self.device = "cuda"
@@ -237,8 +235,6 @@ class VLLMGenerator:
         """Load the training model's current weights into the engine (merging LoRA adapters first)."""
         import time
 
-        from stratagym.agents.policy import unwrap_model
-
         t0 = time.perf_counter()
         base = unwrap_model(model)
         merged = hasattr(base, "merge_adapter")
@@ -251,8 +247,6 @@ class VLLMGenerator:
             if merged:
                 base.unmerge_adapter()
         if self.device == "cpu":
-            from stratagym.agents.vllm_compat import repack_cpu_embeddings
-
             self.llm.apply_model(repack_cpu_embeddings)
         self.llm.reset_prefix_cache()
         self.sync_seconds += time.perf_counter() - t0

@@ -36,7 +36,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from stratagym.agents.llm import LLMPolicy
 from stratagym.agents.policy import unwrap_model
+from stratagym.agents.scorer import ScorerPolicy
 from stratagym.atomic import atomic_write_with, write_json_atomic
 from stratagym.errors import ConfigError
 
@@ -227,8 +229,6 @@ def build_critic(policy: Any, options: Optional[dict[str, Any]] = None, *, seed:
     maker = getattr(policy, "make_critic", None)
     if callable(maker):
         return maker(opts, seed=seed)
-    from stratagym.agents.scorer import ScorerPolicy
-
     if isinstance(policy, ScorerPolicy):
         known = {"hidden", "init_std"}
         bad = sorted(set(opts) - known)
@@ -236,8 +236,6 @@ def build_critic(policy: Any, options: Optional[dict[str, Any]] = None, *, seed:
             raise ConfigError(f"critic.options {bad} are not options of the scorer critic; valid: {sorted(known)}")
         return ScorerCritic(buckets=policy.config.buckets, hidden=int(opts.get("hidden", policy.config.hidden)),
                             init_std=float(opts.get("init_std", policy.config.init_std)), seed=seed)
-    from stratagym.agents.llm import LLMPolicy
-
     if isinstance(policy, LLMPolicy):
         known = {"model"}
         bad = sorted(set(opts) - known)

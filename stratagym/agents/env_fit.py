@@ -15,10 +15,13 @@ from typing import Any, Optional
 
 from stratagym.errors import ConfigError
 
-__all__ = ["META_FILE", "check_policy_for_env"]
+__all__ = ["META_FILE", "POLICY_CONFIG_FILE", "check_policy_for_env"]
 
 #: The record ``stratagym sft`` writes into the folder it exports: its recipe, the template it tuned on...
 META_FILE = "sft_meta.json"
+#: The policy options :meth:`~stratagym.agents.llm.LLMPolicy.save_pretrained` writes beside the weights
+#: (template, dtype, ...); here, with no torch to import, so that an eval can read them without loading the model
+POLICY_CONFIG_FILE = "stratagym_policy.json"
 
 
 def check_policy_for_env(policy: Any, env_id: str, env_kwargs: Optional[dict[str, Any]] = None) -> None:

@@ -42,7 +42,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from stratagym.agents.backends import HFGenerator, OpenAIGenerator, SamplingConfig, VLLMGenerator
+from stratagym.agents.backends import HFGenerator, OpenAIGenerator, SamplingConfig, VLLMGenerator, vllm_dtype_name
+from stratagym.agents.env_fit import POLICY_CONFIG_FILE  # re-exported (in __all__)
 from stratagym.agents.policy import (
     Generation,
     GenerationRequest,
@@ -57,7 +58,6 @@ from stratagym.precision import canonical_dtype, dtype_name, resolve_dtype
 
 __all__ = ["LLMConfig", "LLMPolicy", "POLICY_CONFIG_FILE"]
 
-POLICY_CONFIG_FILE = "stratagym_policy.json"
 _BACKENDS = ("hf", "vllm", "openai")
 
 
@@ -459,8 +459,6 @@ class LLMPolicy(Policy):
             path = str(json.loads(adapter.read_text()).get("base_model_name_or_path") or path)
         base = unwrap_model(self.model) if self.model is not None else None
         if base is not None:
-            from stratagym.agents.backends import vllm_dtype_name
-
             opts.setdefault("dtype", vllm_dtype_name(self.compute_dtype))
             limit = getattr(getattr(base, "config", None), "max_position_embeddings", None)
             want = self.config.max_prompt_tokens + self.config.max_new_tokens
@@ -671,6 +669,8 @@ class LLMPolicy(Policy):
         """The scoring layouts over this policy's model (:class:`stratagym.agents.inference.scoring.LayoutScorer`:
         whole rows, shared prompts, history hosts, the fused forward); a light view, made per call, that
         reads the policy's model, tokenizer and config as they are now."""
+        # lazy: the scoring layouts and their fused forward load only when a policy scores (a policy that
+        # only samples, e.g. in eval, never does; tests/agents/test_inference_package.py)
         from stratagym.agents.inference.scoring import LayoutScorer
 
         return LayoutScorer(self)

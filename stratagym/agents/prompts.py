@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from stratagym.agents.policy import Turn
-from stratagym.envs.registry import tool_set_for
+from stratagym.envs.registry import get_spec, tool_set_for
 from stratagym.envs.tools import ToolCall, format_call, parse_hermes, strip_reasoning
+from stratagym.errors import ConfigError
 
 __all__ = [
     "PromptTemplate",
@@ -252,9 +253,6 @@ def template_for_env(env_id: str, info: dict[str, Any] | None = None, override: 
     """The template for ``env_id``: an explicit ``override`` name, else the one its ``EnvSpec`` names
     (``prompt_template``), else ``think_action`` when the env lists admissible actions, else ``plain``;
     ``tools`` whenever the env plays the tools protocol (``info["protocol"]``)."""
-    from stratagym.envs.registry import get_spec
-    from stratagym.errors import ConfigError
-
     if info is not None and info.get("protocol") == "tools":
         return TOOLS  # the env speaks the tools protocol: no tag template would be understood
     name = override
@@ -321,9 +319,6 @@ def protocol_template(env_id: str, *, protocol: Any = None, override: str | None
     ``override``, else the one the env's spec names); None when the spec names none (the template is then
     chosen per observation at run time), the bare name when the spec names one this stratagym lacks.
     ``spec``: ``env_id``'s ``EnvSpec`` when the caller already resolved it; else it is looked up."""
-    from stratagym.envs.registry import get_spec
-    from stratagym.errors import ConfigError
-
     if protocol == "tools":
         return template_fingerprint(TOOLS)
     if override:

@@ -40,6 +40,7 @@ from torch import nn
 
 from stratagym.agents.policy import Generation, GenerationRequest, Policy, SequenceLogProbs, unwrap_model
 from stratagym.atomic import atomic_write, atomic_write_with
+from stratagym.errors import ConfigError
 
 __all__ = ["Featurizer", "ScorerConfig", "ScorerNet", "ScorerPolicy", "ScorerPayload", "fill_placeholders"]
 
@@ -206,8 +207,6 @@ class ScorerPolicy(Policy):
         known = set(ScorerConfig.__dataclass_fields__)
         unknown = sorted(set(options) - known)
         if unknown:
-            from stratagym.errors import ConfigError
-
             raise ConfigError(f"unknown ScorerPolicy option(s) {unknown}; valid: {sorted(known | {'seed', 'sample_seed'})}")
         return cls(ScorerConfig(**options), seed=seed, sample_seed=sample_seed)
 

@@ -21,7 +21,7 @@ class ScriptedPolicy:
         self.agent = agent
 
     def generate(self, requests: Sequence[Any], *, greedy: bool = False) -> list[Any]:
-        from stratagym.agents.policy import Generation
+        from stratagym.agents.policy import Generation  # lazy: torch; `stratagym --help` imports this module
 
         if not requests:
             return []

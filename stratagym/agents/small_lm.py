@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 
 from stratagym.agents.chatml import CHAT_TEMPLATE, SPECIAL_TOKENS, chatml_tokenizer
 from stratagym.agents.prompts import PromptTemplate
+from stratagym.atomic import publish_dir
 from stratagym.errors import ConfigError
 
 __all__ = [
@@ -193,6 +194,4 @@ def save_model_atomic(out_dir: str | os.PathLike[str], write: Any) -> Path:
     folder is renamed aside, the new one renamed in, and only then is the old one removed
     (:func:`stratagym.atomic.publish_dir`).
     """
-    from stratagym.atomic import publish_dir
-
     return publish_dir(out_dir, write)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from stratagym.agents.chatml import CHAT_TEMPLATE  # re-exported (in __all__); part of the model's cache key
 from stratagym.atomic import publish_dir
+from stratagym.paths import cache_dir
 
 __all__ = ["TinyLMConfig", "build_tiny_lm", "tiny_lm_path", "default_cache_dir", "CHAT_TEMPLATE"]
 
@@ -66,8 +67,6 @@ class TinyLMConfig:
 
 def default_cache_dir() -> Path:
     """``tiny-models`` under the project cache (:func:`stratagym.paths.cache_dir`)."""
-    from stratagym.paths import cache_dir
-
     return cache_dir("tiny-models")
 
 

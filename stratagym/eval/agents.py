@@ -26,7 +26,9 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
-from stratagym.agents.env_fit import check_policy_for_env
+from stratagym.agents.env_fit import POLICY_CONFIG_FILE, check_policy_for_env
+from stratagym.agents.scripted import ScriptedPolicy
+from stratagym.envs.registry import agent_env_kwargs, make_agent
 from stratagym.errors import UserError
 from stratagym.eval.records import content_hash_path, content_hash_text
 
@@ -79,8 +81,6 @@ class AgentSpec:
             return str(options["template"])
         if self.kind not in ("checkpoint", "hf", "policy") or not Path(self.name).is_dir():
             return None
-        from stratagym.agents.llm import POLICY_CONFIG_FILE
-
         try:
             saved = json.loads((Path(self.name) / POLICY_CONFIG_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -96,12 +96,10 @@ class AgentSpec:
         float32. None for agents without local weights (scripted, served)."""
         if self.kind not in ("checkpoint", "hf", "policy"):
             return None
-        from stratagym.precision import canonical_dtype, dtype_name, resolve_dtype
+        from stratagym.precision import canonical_dtype, dtype_name, resolve_dtype  # lazy: torch
 
         value = options.get("dtype")
         if value is None and Path(self.name).is_dir():
-            from stratagym.agents.llm import POLICY_CONFIG_FILE
-
             try:
                 saved = json.loads((Path(self.name) / POLICY_CONFIG_FILE).read_text(encoding="utf-8"))
             except (OSError, ValueError):
@@ -217,8 +215,6 @@ def scripted_env_kwargs(spec: AgentSpec, env_id: str) -> dict[str, Any]:
     """The ``gymnasium.make`` kwargs a scripted agent asks of its envs (none for LLM agents)."""
     if not spec.is_scripted:
         return {}
-    from stratagym.envs.registry import agent_env_kwargs
-
     try:
         return agent_env_kwargs(env_id, spec.name)
     except KeyError as exc:
@@ -232,11 +228,7 @@ def build_agent(spec: AgentSpec, env_id: str, env: gym.Env, *, seed: int = 0, **
     (checkpoint/hf/openai) are ``LLMPolicy`` objects.
     """
     if spec.is_scripted:
-        from stratagym.envs.registry import make_agent
-
         try:
-            from stratagym.agents.scripted import ScriptedPolicy
-
             return ScriptedPolicy(make_agent(env_id, spec.name, env, seed=seed))
         except KeyError as exc:
             raise AgentSpecError(str(exc).strip('"')) from None
@@ -266,7 +258,7 @@ def _llm_policy(raw: str, *, env_id: str, seed: int = 0, greedy: bool = True, **
     unless told otherwise)."""
     import torch
 
-    from stratagym.agents.llm import LLMConfig, LLMPolicy
+    from stratagym.agents.llm import LLMConfig, LLMPolicy  # lazy: torch, for model agents only
 
     spec = parse_agent_spec(raw)
     torch.manual_seed(seed)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from stratagym.envs.metric_spec import MetricSpec
+from stratagym.envs.registry import get_spec
 from stratagym.eval.stats import Estimate, SeedSummary, across_seeds, mean, proportion
 
 __all__ = [
@@ -81,8 +82,6 @@ class _MetricRules:
 
 def _rules(env_id: str | None, spec: Any = None) -> _MetricRules:
     """The rules of ``env_id``'s spec; ``spec``: that ``EnvSpec`` when the caller holds it (no lookup)."""
-    from stratagym.envs.registry import get_spec
-
     if spec is None:
         if env_id is None:
             return _MetricRules()

@@ -31,7 +31,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 
+from stratagym import __version__
+from stratagym.envs.registry import get_spec
 from stratagym.errors import UserError
+from stratagym.precision import dtype_name
 from stratagym.eval.agents import AgentSpec, AgentSpecError, build_agent, parse_agent_spec, scripted_env_kwargs
 from stratagym.eval.aggregate import aggregate
 from stratagym.envs.hints import env_kwarg_message, unknown_env_message
@@ -230,8 +233,6 @@ def _policy_dtype(policy: Any) -> str | None:
     value = policy_hooks(policy).compute_dtype
     if value is None:
         return None
-    from stratagym.precision import dtype_name
-
     return dtype_name(value)
 
 
@@ -269,9 +270,6 @@ def evaluate(
         raise EvalError(f"seeds must be a non-empty list of distinct integers, got {list(config.seeds)}")
     if config.batch_size < 1:
         raise EvalError(f"batch size must be >= 1, got {config.batch_size}")
-    import stratagym  # noqa: F401  (registers envs)
-    from stratagym.envs.registry import get_spec
-
     try:  # the env's EnvSpec, resolved once and passed down (env construction, prompt template, metrics)
         spec_env = get_spec(config.env_id)
     except KeyError:
@@ -424,8 +422,6 @@ def build_record(
     fingerprint (:func:`stratagym.envs.fingerprint.protocol_of`); without one the record is written in
     the legacy schema ``stratagym.result/1`` (the board then recomputes what it can). ``spec``: ``env_id``'s
     ``EnvSpec`` when the caller holds it (the metric rules are read from it, not looked up again)."""
-    from stratagym import __version__
-
     episodes = list(episodes)
     agg = aggregate(episodes, env_id=env_id, split=split, spec=spec)
     record: dict[str, Any] = {

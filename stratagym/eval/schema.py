@@ -133,7 +133,7 @@ def arm_from(raw: Any, where: str, *, recipe: bool = False, error: type[Exceptio
     check_values(raw, allowed, where, error=error)
     if "env" in raw.get("recipe", {}):
         raise error(f"{where}.recipe may not set 'env' (the suite's envs are used)")
-    from stratagym.algorithms.registry import get_estimator
+    from stratagym.algorithms.registry import get_estimator  # lazy: torch; a suite without training needs none
 
     try:  # the same check the trainer makes, hours earlier
         get_estimator(raw["estimator"], **raw.get("estimator_kwargs", {}))

@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from stratagym.jsonl import read_jsonl
+
 __all__ = ["transcript_of", "eval_identity_hash", "record_identity_hash", "record_task_ids", "read_transcripts", "find_transcripts",
            "Transcript"]
 
@@ -100,8 +102,6 @@ def read_transcripts(path: str | os.PathLike[str]) -> tuple[str | None, dict[tup
     """The identity hash and the transcripts of a progress file: ``(seed, task_id) -> transcript`` for every
     episode line that carries ``steps`` (older files, or evals run without transcripts, have none). Lines
     that are not a progress file's (a torn tail, another file) are passed over: this is a viewer's read."""
-    from stratagym.jsonl import read_jsonl
-
     identity: str | None = None
     out: dict[tuple[int, str], Transcript] = {}
     try:

@@ -164,7 +164,10 @@ def test_evaluate_resolves_the_env_spec_once(monkeypatch):
         callers.append(sys._getframe(1).f_code.co_filename)
         return real(env_id)
 
-    monkeypatch.setattr(registry, "get_spec", counting)
+    # every module that imported the lookup (at its top) counts too, not only the registry's own name
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("stratagym") and getattr(mod, "get_spec", None) is real:
+            monkeypatch.setattr(mod, "get_spec", counting)
     evaluate(EvalConfig(agent="scripted:oracle", env_id=TOY_ID, n=4, seeds=[0, 1], batch_size=2), progress=False)
     ours = [f for f in callers if "/stratagym/eval/" in f or "/stratagym/agents/" in f]
     assert len(ours) == 1 and ours[0].endswith("harness.py"), callers

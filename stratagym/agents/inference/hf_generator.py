@@ -15,6 +15,7 @@ import torch
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig, first_stop
 from stratagym.agents.inference.kv_cache import returned_cache
+from stratagym.agents.policy import unwrap_model
 
 __all__ = ["HFGenerator"]
 
@@ -40,6 +41,8 @@ class HFGenerator:
     def __init__(self, tokenizer: Any, get_model: Callable[[], torch.nn.Module], *, fused: "bool | str" = True,
                  prefix_cache: bool = True, drop_finished_rows: bool = True,
                  compute_dtype: Optional[torch.dtype] = None):
+        # lazy, as fused_decode below: the speed machinery loads only when a generator is made
+        # (tests/agents/test_inference_package.py)
         from stratagym.agents.inference.prefix_cache import PrefixCache
 
         self.tokenizer = tokenizer
@@ -150,8 +153,7 @@ class HFGenerator:
     def generate(
         self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False
     ) -> list[RawGeneration]:
-        from stratagym.agents.inference.fused_decode import fused_decoder_for
-        from stratagym.agents.policy import unwrap_model
+        from stratagym.agents.inference.fused_decode import fused_decoder_for  # lazy: speed machinery (see __init__)
 
         if not prompt_ids:
             return []

@@ -89,7 +89,7 @@ class LayoutScorer:
             return None  # fp32 master weights under autocast: the transformers forward, as the sampler runs it
         if self.model is not unwrap_model(self.model):
             return None
-        from stratagym.agents.inference.fused_score import fused_scorer_for
+        from stratagym.agents.inference.fused_score import fused_scorer_for  # lazy: the fused kernels load only when used
 
         return fused_scorer_for(self.model)
 
