@@ -12,13 +12,12 @@ from typing import Optional
 
 import typer
 
+from stratagym.cli_support import command_group
+
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    models_app = groups.get("models")
-    if models_app is None:
-        models_app = typer.Typer(no_args_is_help=True, help="Bring pretrained models into stratagym's cache (GGUF -> save_pretrained folder).")
-        app.add_typer(models_app, name="models")
-        groups["models"] = models_app
+    models_app = command_group(app, groups, "models",
+                               "Bring pretrained models into stratagym's cache (GGUF -> save_pretrained folder).")
 
     @models_app.command("import")
     def models_import(
@@ -36,7 +35,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         float32 (a dequantized Q4_1 for SmolLM2), not the original release; stratagym_provenance.json in
         the folder says so.
         """
-        from stratagym.agents.model_import import import_gguf
+        from stratagym.agents.model_import import import_gguf  # lazy: ~5 ms of imports; `stratagym --help` stays fast
 
         def note(msg: str) -> None:
             if not quiet:

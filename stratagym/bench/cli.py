@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 
+from stratagym.cli_support import parse_key_values
 from stratagym.display import esc, print_table
 from stratagym.errors import ConfigError
 from stratagym.eval.transcripts import read_transcripts
@@ -42,19 +43,9 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_env_args(items: list[str], *, flag: str = "--env-arg") -> dict[str, Any]:
-    """``["k=v", ...]`` -> dict, each value read as YAML (``3`` -> int, ``true`` -> bool, ``a`` -> str)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"{flag} expects key=value, got {item!r}")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
+    """``["k=v", ...]`` -> dict, each value read as YAML (``3`` -> int, ``true`` -> bool, ``a`` -> str); a
+    value that is not YAML is kept as the text given (env and policy arguments are often free text)."""
+    return parse_key_values(items, flag, keep_text=True)
 
 
 def _seeds_tag(seeds: list[int]) -> str:

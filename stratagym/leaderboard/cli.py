@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from stratagym.cli_support import command_group
 from stratagym.display import esc, print_table
 from stratagym.errors import UserError
 from stratagym.eval.records import RecordError, load_record
@@ -16,9 +17,7 @@ _BOARD_HELP = "Store: a SQLAlchemy URL (postgresql+psycopg2://...) or a SQLite p
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    lb_app = typer.Typer(no_args_is_help=True, help="Submit result records, show rankings, render the board.")
-    app.add_typer(lb_app, name="leaderboard")
-    groups["leaderboard"] = lb_app
+    lb_app = command_group(app, groups, "leaderboard", "Submit result records, show rankings, render the board.")
 
     @lb_app.command("submit")
     def submit(

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import typer
 
-
-def _parse_override(text: str) -> tuple[str, Any]:
-    import yaml
-
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise typer.BadParameter(f"override {text!r} must look like section.key=value (e.g. train.total_steps=3)")
-    return key.strip(), yaml.safe_load(value)
+from stratagym.cli_support import parse_key_values
+from stratagym.errors import ConfigError
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -31,11 +25,11 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         import os
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # lazy: the recipe's algorithms and the trainer load torch; `stratagym --help` stays fast
         from stratagym.training.config import load_recipe
         from stratagym.training.trainer import Trainer
-        from stratagym.errors import ConfigError
 
-        overrides = dict(_parse_override(s) for s in (set_ or []))
+        overrides = parse_key_values(set_ or [], "--set", form="section.key=value (e.g. train.total_steps=3)")
         if output_dir:
             overrides["train.output_dir"] = output_dir
         try:

@@ -7,9 +7,12 @@ corrupt demonstrations, a split with evaluation tasks) print one line and exit w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import typer
+
+from stratagym.cli_support import command_group, parse_key_values
+from stratagym.errors import ConfigError
 
 
 def _error(exc: Exception) -> "typer.Exit":
@@ -18,25 +21,8 @@ def _error(exc: Exception) -> "typer.Exit":
     return typer.Exit(2)
 
 
-def _parse_kv(items: List[str], what: str) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
-    for text in items:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"{what} {text!r} must look like key=value")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise typer.BadParameter(f"{what} {text!r}: the value is not valid YAML ({exc})") from None
-    return out
-
-
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    demos_app = typer.Typer(no_args_is_help=True, help="Expert demonstrations (SFT datasets) from scripted agents.")
-    app.add_typer(demos_app, name="demos")
-    groups["demos"] = demos_app
+    demos_app = command_group(app, groups, "demos", "Expert demonstrations (SFT datasets) from scripted agents.")
 
     @demos_app.command("collect")
     def collect(
@@ -61,11 +47,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         import os
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from stratagym.errors import ConfigError
-        from stratagym.training.demos import collect_demos, write_demos
+        from stratagym.training.demos import collect_demos, write_demos  # lazy: torch; `stratagym --help` stays fast
 
         try:
-            kwargs = _parse_kv(env_arg, "--env-arg")
+            kwargs = parse_key_values(env_arg, "--env-arg")
             kwargs.pop("split", None)
             records = collect_demos(env, agent, split=split, n=n, env_kwargs=kwargs, template=template,
                                     memory_k=memory_k, seed=seed, episodes_per_task=episodes_per_task,
@@ -88,11 +73,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         import os
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from stratagym.errors import ConfigError
-        from stratagym.training.sft import load_sft_recipe, run_sft
+        from stratagym.training.sft import load_sft_recipe, run_sft  # lazy: torch; `stratagym --help` stays fast
 
         try:
-            overrides = _parse_kv(list(set_ or []), "--set")
+            overrides = parse_key_values(set_ or [], "--set", form="section.key=value")
             recipe = load_sft_recipe(config, overrides)
             meta = run_sft(recipe, resume=resume, progress=not quiet, echo=typer.echo)
         except ConfigError as exc:

@@ -10,15 +10,12 @@ from typing import Any, Optional
 
 import typer
 
+from stratagym.cli_support import command_group
 from stratagym.display import print_table
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    index_app = groups.get("index")
-    if index_app is None:
-        index_app = typer.Typer(no_args_is_help=True, help="Build and inspect retrieval indexes.")
-        app.add_typer(index_app, name="index")
-        groups["index"] = index_app
+    index_app = command_group(app, groups, "index", "Build and inspect retrieval indexes.")
     index_app.command("build")(index_build)
     index_app.command("info")(index_info)
     index_app.command("import-search-r1")(index_import_search_r1)
