@@ -36,7 +36,8 @@ def check_policy_for_env(policy: Any, env_id: str, env_kwargs: Optional[dict[str
     template: ``tools`` for the tools protocol; without ``env_kwargs``, a checkpoint tuned on the
     ``tools`` template is checked against it.
     """
-    # cost at import time: these pull torch (the Policy protocol); META_FILE's readers (SFT) need none
+    # cost at import time: these pull torch (the Policy protocol); eval/agents.py imports this module for its
+    # file names (META_FILE, POLICY_CONFIG_FILE) and needs none
     from stratagym.agents.policy import policy_hooks
     from stratagym.agents.prompts import template_for_env
     from stratagym.agents.small_lm import check_tokenizer_for_template
