@@ -19,6 +19,21 @@ def _lint_imports() -> subprocess.CompletedProcess:
     return subprocess.run([exe, "--config", str(REPO / "pyproject.toml")], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+def _lint_with_probe(tmp_path: Path, probe: Path, import_line: str, layer: str, layer_with_probe: str) -> subprocess.CompletedProcess:
+    """import-linter on a copy of the config whose ``layer`` line also names ``probe``, a module that makes
+    one lazy import (``import_line``), for this run only."""
+    probe.write_text(f"def f():\n    {import_line}  # noqa: F401\n", encoding="utf-8")
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert layer in text
+    try:
+        cfg = tmp_path / "pyproject.toml"
+        cfg.write_text(text.replace(layer, layer_with_probe, 1), encoding="utf-8")
+        exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
+        return subprocess.run([exe, "--config", str(cfg)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        probe.unlink()
+
+
 def test_no_import_points_up_the_layers():
     res = _lint_imports()
     assert res.returncode == 0, res.stdout + res.stderr
@@ -40,18 +55,8 @@ def test_the_contract_catches_an_upward_import(tmp_path):
 def test_the_contract_catches_an_import_circle_in_algorithms(tmp_path):
     """The registry imports no estimator family (they register with it): a lazy import of one from a
     registry-level module, the way the old circle was held, breaks the algorithms contract."""
-    probe = REPO / "stratagym" / "algorithms" / "registry_probe.py"
-    probe.write_text("def f():\n    from stratagym.algorithms import step_level  # noqa: F401\n", encoding="utf-8")
-    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"registry",' in text
-    try:
-        # the probe sits in the registry's layer for this run only (a copy of the config names it there)
-        cfg = tmp_path / "pyproject.toml"
-        cfg.write_text(text.replace('"registry",', '"registry | registry_probe",', 1), encoding="utf-8")
-        exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
-        res = subprocess.run([exe, "--config", str(cfg)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    finally:
-        probe.unlink()
+    res = _lint_with_probe(tmp_path, REPO / "stratagym" / "algorithms" / "registry_probe.py",
+                           "from stratagym.algorithms import step_level", '"registry",', '"registry | registry_probe",')
     assert res.returncode != 0
     assert "stratagym.algorithms.registry_probe -> stratagym.algorithms.step_level" in res.stdout, res.stdout
 
@@ -93,17 +98,8 @@ def test_the_env_contract_does_not_import_the_tools_protocol_or_the_registry(tmp
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m.startswith(("stratagym.envs.tools", "stratagym.envs.registry")) for m in imported), imported
-    probe = REPO / "stratagym" / "envs" / "core_probe.py"
-    probe.write_text("def f():\n    from stratagym.envs.tools import parsing  # noqa: F401\n", encoding="utf-8")
-    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"core | random_agent | metric_spec",' in text
-    try:
-        cfg = tmp_path / "pyproject.toml"
-        cfg.write_text(text.replace('"core | random_agent | metric_spec",', '"core | random_agent | metric_spec | core_probe",', 1),
-                       encoding="utf-8")
-        exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
-        res = subprocess.run([exe, "--config", str(cfg)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    finally:
-        probe.unlink()
+    res = _lint_with_probe(tmp_path, REPO / "stratagym" / "envs" / "core_probe.py",
+                           "from stratagym.envs.tools import parsing", '"core | random_agent | metric_spec",',
+                           '"core | random_agent | metric_spec | core_probe",')
     assert res.returncode != 0
     assert "stratagym.envs.core_probe -> stratagym.envs.tools" in res.stdout, res.stdout
