@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import stratagym  # noqa: F401  (registers the envs)
 from tests.helpers import play_records
 from stratagym.agents.scripted import RandomAgent
-from stratagym.envs.core import ConfigError, stable_hash
+from stratagym.envs.core import ConfigError, EpisodeKey, stable_hash
 from stratagym.envs.registry import make_agent
 from stratagym.envs.search_qa.env import SearchQAEnv
 from stratagym.envs.search_qa.protocol import INVALID_ACTION_MESSAGE, STOP_STRINGS
@@ -316,3 +316,27 @@ def test_hops_leaves_the_protocol_fingerprint_to_the_task_list():
     e = gym.make(ENV_ID, split="train", hops=3).unwrapped
     assert tasks_hash(e.task_ids()) != tasks_hash(gym.make(ENV_ID, split="train").unwrapped.task_ids())
     e.close()
+
+
+def test_the_oracle_chains_three_hops_at_top_1():
+    """Issue 48 item 8: the demonstrations show the third hop. At ``topk=1`` (the SmolLM2 recipes' setting)
+    the oracle searches three times on every 3-hop train question, its third search returns a passage
+    that holds the gold answer, and it wins."""
+    env = gym.make(ENV_ID, split="train", hops=3, topk=1, max_turns=4).unwrapped
+    agent = make_agent(ENV_ID, "oracle", env)
+    ids = list(env.task_ids())
+    for task_id in ids:
+        obs, info = env.reset(seed=0, options={"task_id": task_id})
+        key = EpisodeKey(task_id, 0, 0)
+        searched, done = [], False
+        while not done:
+            (action,) = agent.act([obs], [info], [key])
+            obs, reward, term, trunc, info = env.step(action)
+            done = term or trunc
+            if "<search>" in action:
+                searched.append(obs)
+        answers = env.example(task_id).golden_answers
+        assert reward == 1.0 and len(searched) == 3, task_id
+        assert any(a.lower() in searched[-1].lower() for a in answers), task_id
+    assert len(ids) > 100
+    env.close()
