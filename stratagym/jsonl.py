@@ -9,12 +9,14 @@ A JSONL file is one JSON object per line. Two kinds are read:
 * **logs this project appends to** (``metrics.jsonl``): a process killed mid-write leaves a torn last
   row, which belongs to a step that is redone, so ``skip_bad=True`` passes over bad lines instead.
 
-Blank lines are skipped in both. (A resumable evaluation's progress file has its own reader,
+Blank lines are skipped in both. A file whose name ends in ``.gz`` is read through gzip (committed,
+compressed progress files and transcripts). (A resumable evaluation's progress file has its own reader,
 ``stratagym.eval.harness``: it needs the byte length of the intact prefix, to cut a torn tail off.)
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -41,7 +43,7 @@ def read_jsonl(path: str | os.PathLike[str], *, error: type[Exception] = ConfigE
     the line; with ``skip_bad`` it is passed over. A missing file is ``FileNotFoundError``: whether that
     is an error is the caller's to say."""
     path = Path(path)
-    with open(path, "rb") as fh:
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as fh:
         for number, raw in enumerate(fh, start=1):
             try:
                 line = raw.decode("utf-8")

@@ -7,7 +7,7 @@ writes the versioned record (:mod:`stratagym.eval.records`).
 Resuming. Each finished episode is appended to ``<out>.progress.jsonl`` as one JSON line and fsynced
 before the next one starts, so a killed eval (even SIGKILL) loses at most the episodes in flight. The
 first line is a header holding a hash of the eval's identity (agent content, env, kwargs, split, tasks,
-seeds); a rerun with the same identity skips every (seed, task) already in the file and appends only the
+seeds, and the compute dtype when it is not float32); a rerun with the same identity skips every (seed, task) already in the file and appends only the
 rest, so no task is done twice and none is duplicated. A torn last line (killed mid-write) is cut off
 before appending. The final record is written atomically; the progress file stays as an audit log.
 Batch size is not part of the identity: a resumed eval may use another. Each episode line also carries
@@ -324,6 +324,8 @@ def evaluate(
         "seeds": seeds,
         "data_hash": data_hash,
     }
+    if dtype not in (None, "float32"):  # a bf16 eval is another eval: resuming must not mix the two
+        identity["dtype"] = dtype
     log: _ProgressLog | None = None
     if out is not None:
         log = _ProgressLog(progress_path(out), identity, resume=resume)

@@ -12,8 +12,10 @@ A record says exactly what was evaluated, so two numbers on the board can be com
 * ``config`` (batch size, max steps, ...), ``stratagym_version``, ``created`` (UTC), optional ``training``
   (algorithm, steps, a training curve) from ``stratagym bench``.
 
-``record_id`` is the sha256 of the canonical JSON of everything except ``record_id`` and ``created``: the
-same evaluation submitted twice has the same id, which is how the leaderboard spots duplicates.
+``record_id`` is the sha256 of the canonical JSON of everything except ``record_id``, ``created`` and
+``transcripts``: the same evaluation submitted twice has the same id, which is how the leaderboard spots
+duplicates. ``transcripts`` (optional) names the committed archive of the episodes' turns by content hash
+(:mod:`stratagym.eval.transcript_archive`); it is an attachment, so back-filling it keeps the id.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ SCHEMA = "stratagym.result/2"
 LEGACY_SCHEMA = "stratagym.result/1"
 SUPPORTED_SCHEMAS = frozenset({SCHEMA, LEGACY_SCHEMA})
 
-_EXCLUDED_FROM_ID = ("record_id", "created")
+_EXCLUDED_FROM_ID = ("record_id", "created", "transcripts")
 
 #: Required top-level keys and their JSON types.
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
@@ -119,7 +121,7 @@ def content_hash_path(path: str | os.PathLike[str]) -> str:
 
 
 def record_id(record: Mapping[str, Any]) -> str:
-    """The content id of a record (sha256 of its canonical JSON minus ``record_id``/``created``)."""
+    """The content id of a record (sha256 of its canonical JSON minus ``record_id``/``created``/``transcripts``)."""
     body = {k: v for k, v in record.items() if k not in _EXCLUDED_FROM_ID}
     return hashlib.sha256(_canonical(body)).hexdigest()
 

@@ -79,8 +79,12 @@ def record_task_ids(record: Mapping[str, Any]) -> list[str]:
     return ids or list(dict.fromkeys(str(e.get("task_id")) for e in episodes))
 
 
-def record_identity_hash(record: Mapping[str, Any]) -> str | None:
-    """The identity hash of the eval that wrote ``record`` (None when the record lacks a field of it)."""
+def record_identity_hash(record: Mapping[str, Any], *, legacy: bool = False) -> str | None:
+    """The identity hash of the eval that wrote ``record`` (None when the record lacks a field of it).
+
+    The compute dtype is part of the identity when it is not float32 (a bf16 eval and an fp32 eval of one
+    checkpoint are two evals). Evals written before that (2026-12-02) hashed no dtype: ``legacy=True``
+    gives that older hash, which :func:`find_transcripts` also accepts, checking outcomes."""
     try:
         agent, env = record["agent"], record["env"]
         identity = {
@@ -95,18 +99,23 @@ def record_identity_hash(record: Mapping[str, Any]) -> str | None:
         }
     except (KeyError, TypeError):
         return None
+    dtype = agent.get("dtype")
+    if not legacy and dtype not in (None, "float32"):
+        identity["dtype"] = dtype
     return eval_identity_hash(identity)
 
 
-def read_transcripts(path: str | os.PathLike[str]) -> tuple[str | None, dict[tuple[int, str], Transcript]]:
+def read_transcripts(path: str | os.PathLike[str], *, outcomes: dict[tuple[int, str], Any] | None = None
+                     ) -> tuple[str | None, dict[tuple[int, str], Transcript]]:
     """The identity hash and the transcripts of a progress file: ``(seed, task_id) -> transcript`` for every
     episode line that carries ``steps`` (older files, or evals run without transcripts, have none). Lines
-    that are not a progress file's (a torn tail, another file) are passed over: this is a viewer's read."""
+    that are not a progress file's (a torn tail, another file) are passed over: this is a viewer's read.
+    ``outcomes``, when given, is filled with each such episode's outcome as the file records it."""
     identity: str | None = None
     out: dict[tuple[int, str], Transcript] = {}
     try:
         lines = list(read_jsonl(path, skip_bad=True))
-    except OSError:
+    except (OSError, EOFError):  # unreadable, or a .gz that is not gzip or is cut short
         return None, {}
     for line in lines:
         row = line.value
@@ -115,28 +124,38 @@ def read_transcripts(path: str | os.PathLike[str]) -> tuple[str | None, dict[tup
         elif row.get("type") == "episode" and isinstance(row.get("steps"), list):
             key = row.get("key")
             if isinstance(key, list) and len(key) == 2 and isinstance(key[0], int):
-                out.setdefault((int(key[0]), str(key[1])), {"steps": row["steps"],
-                                                            "final_observation": row.get("final_observation")})
+                k = (int(key[0]), str(key[1]))
+                if k not in out and outcomes is not None:
+                    outcomes[k] = row.get("episode")
+                out.setdefault(k, {"steps": row["steps"], "final_observation": row.get("final_observation")})
     return identity, out
 
 
 def find_transcripts(folders: Iterable[str | os.PathLike[str]],
                      records: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple[int, str], Transcript]]:
     """``record_id -> {(seed, task_id): transcript}`` for every record whose eval left a progress file with
-    transcripts under one of ``folders`` (searched recursively for ``*.progress.jsonl``), matched by the
+    transcripts among ``folders`` (a progress file itself, or a folder searched recursively for ``*.progress.jsonl``), matched by the
     eval's identity, not by file name. Where several files name one eval (a rerun), the first in path
-    order that holds an episode wins for that episode."""
-    wanted: dict[str, list[str]] = {}
+    order that holds an episode wins for that episode.
+
+    A file is used for a record only if every episode the two share has the same outcome in both: a file
+    of the same identity but another run (a legacy bf16 and fp32 eval of one checkpoint hashed alike:
+    :func:`record_identity_hash`) is passed over, never mixed in."""
+    wanted: dict[str, list[Mapping[str, Any]]] = {}
     for rec in records:
-        h = record_identity_hash(rec)
-        if h is not None:
-            wanted.setdefault(h, []).append(str(rec["record_id"]))
+        for h in {record_identity_hash(rec), record_identity_hash(rec, legacy=True)} - {None}:
+            wanted.setdefault(str(h), []).append(rec)
     found: dict[str, dict[tuple[int, str], Transcript]] = {}
-    files = sorted({p for folder in folders for p in Path(folder).rglob("*.progress.jsonl") if p.is_file()})
+    files = sorted({p for folder in map(Path, folders) for pattern in ("*.progress.jsonl", "*.progress.jsonl.gz")
+                    for p in ([folder] if folder.is_file() else folder.rglob(pattern)) if p.is_file()})
     for path in files:
-        identity, episodes = read_transcripts(path)
-        for rid in wanted.get(identity or "", []):
-            bucket = found.setdefault(rid, {})
+        outcomes: dict[tuple[int, str], Any] = {}
+        identity, episodes = read_transcripts(path, outcomes=outcomes)
+        for rec in wanted.get(identity or "", []):
+            mine = {(e.get("seed"), str(e.get("task_id"))): e for e in rec.get("episodes") or [] if isinstance(e, Mapping)}
+            if any(key in mine and mine[key] != outcome for key, outcome in outcomes.items()):
+                continue  # another run under the same identity
+            bucket = found.setdefault(str(rec["record_id"]), {})
             for key, transcript in episodes.items():
                 bucket.setdefault(key, transcript)
     return {rid: eps for rid, eps in found.items() if eps}

@@ -1,4 +1,4 @@
-"""``stratagym leaderboard submit | show | render | rebuild | site | diff``."""
+"""``stratagym leaderboard submit | show | render | rebuild | site | attach | diff``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from stratagym.cli_support import command_group
 from stratagym.display import esc, print_table
 from stratagym.errors import UserError
-from stratagym.eval.records import RecordError, load_record
+from stratagym.eval.records import RecordError, load_record, write_json_atomic
 from stratagym.eval.transcripts import find_transcripts
 
 _BOARD_HELP = "Store: a SQLAlchemy URL (postgresql+psycopg2://...) or a SQLite path (default leaderboard/board.db; env STRATAGYM_BOARD)."
@@ -144,14 +144,18 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         transcripts: list[Path] = typer.Option([], "--transcripts", "-t", help="Folder searched (recursively) for eval "
                                                "progress files (*.progress.jsonl) holding episode transcripts; repeatable "
                                                "(e.g. runs/). Matched to records by the eval's identity."),
+        archives: Optional[Path] = typer.Option(None, "--archives", help="Folder of the committed transcript archives "
+                                                "the records name (default: 'transcripts' beside the --records folder)."),
     ) -> None:
         """Write a static site (opens from disk, no server): the board's tables, narrow, and per record its
-        episodes, filterable, each with its transcript where an eval's progress file has one."""
+        episodes, filterable, each with its transcript: from the committed archive the record names (checked
+        against the record), else from an eval's progress file."""
         import tempfile
 
         from rich.console import Console
 
         # lazy: the store loads SQLAlchemy and pydantic, the site builder ~20 ms more; `stratagym --help` stays fast
+        from stratagym.eval.transcript_archive import archived_transcripts
         from stratagym.leaderboard.site import build_site
         from stratagym.leaderboard.store import Leaderboard
 
@@ -167,13 +171,56 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             else:
                 lb, refused = _store_from_records(records, Path(tmp) / "board.db", console)
             try:
-                found = find_transcripts(transcripts, lb.records()) if transcripts else {}
+                recs = lb.records()
+                found = find_transcripts(transcripts, recs) if transcripts else {}
+                found.update(archived_transcripts(recs, archives if archives is not None else records.parent / "transcripts"))
                 result = build_site(lb, out, transcripts=found)
             finally:
                 lb.close()
         console.print(f"wrote {esc(result['index'])}: {result['records']} record page(s), "
                       f"{result['transcribed_episodes']} episode(s) with a transcript")
         raise typer.Exit(1 if refused else 0)
+
+    @lb_app.command("attach")
+    def attach(
+        records: list[Path] = typer.Argument(..., help="Record JSON files to attach transcripts to (e.g. leaderboard/records/*.json)."),
+        progress: list[Path] = typer.Option(..., "--progress", "-p", help="An eval progress file (*.progress.jsonl, "
+                                            "gzipped or not) or a folder searched for them; repeatable. Matched to "
+                                            "each record by the eval's identity, not by name."),
+        archives: Path = typer.Option(Path("leaderboard") / "transcripts", "--archives", help="Folder of the "
+                                      "content-addressed transcript archives (committed beside the records)."),
+        budget_mb: float = typer.Option(2.0, "--budget-mb", help="Compressed size one record's archive may take; a "
+                                        "larger one keeps the first episodes of every seed that fit."),
+    ) -> None:
+        """Commit-ready transcripts: write each record's episodes' turns into a compressed archive named by its
+        content hash and store that hash in the record's ``transcripts`` field (the record id does not change).
+        Exit 1 if a record found no transcripts; the others are still attached."""
+        from rich.console import Console
+
+        from stratagym.eval.transcript_archive import ArchiveError, write_archive
+
+        console = Console(soft_wrap=True)
+        if budget_mb <= 0:
+            raise UserError(f"--budget-mb must be positive, got {budget_mb}")
+        missing = [p for p in progress if not p.exists()]
+        if missing:
+            raise UserError(f"--progress {missing[0]} does not exist; give an eval's *.progress.jsonl file or a folder holding them")
+        loaded = [(path, load_record(path)) for path in records]
+        found = find_transcripts(progress, [rec for _, rec in loaded])
+        failed = 0
+        for path, rec in loaded:
+            try:
+                ref = write_archive(rec, found.get(str(rec["record_id"]), {}), archives,
+                                    budget_bytes=int(budget_mb * 1_000_000))
+            except ArchiveError as exc:
+                failed += 1
+                console.print(f"[red]not attached[/red] {esc(path)}: {esc(exc)}")
+                continue
+            rec["transcripts"] = ref
+            write_json_atomic(path, rec)
+            console.print(f"attached {ref['episodes']} of {ref['of']} episode transcript(s) to {esc(path)} "
+                          f"({esc(ref['sha256'][:12])})")
+        raise typer.Exit(1 if failed else 0)
 
     @lb_app.command("diff")
     def diff(

@@ -18,7 +18,7 @@ import os
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from stratagym.atomic import atomic_write, atomic_write_with
 from stratagym.paths import slug
@@ -29,7 +29,7 @@ from stratagym.leaderboard.protocols import protocol_for
 from stratagym.leaderboard.scripts import SORTABLE_TABLES_JS
 
 __all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison", "protocol_text",
-           "split_comparisons"]
+           "split_comparisons", "transcripts_cell", "NO_TRANSCRIPTS"]
 
 class BoardTable:
     """The rows of one (env, split, protocol) board in rank order, ready to render.
@@ -73,6 +73,19 @@ def _rank_key(row: dict[str, Any], asc: bool) -> tuple[Any, ...]:
     return ((v, lo) if asc else (-v, -lo)) + (row["agent"], row["record_id_full"])
 
 
+#: What the board shows for a record that names no committed transcript archive.
+NO_TRANSCRIPTS = "no transcripts"
+
+
+def transcripts_cell(record: Mapping[str, Any]) -> str:
+    """The board's ``transcripts`` cell: how many of the record's episodes have a committed transcript
+    (``200/200``; a record over its archive's size budget keeps fewer), else :data:`NO_TRANSCRIPTS`."""
+    ref = record.get("transcripts")
+    if isinstance(ref, Mapping) and isinstance(ref.get("episodes"), int):
+        return f"{ref['episodes']}/{record.get('n_episodes', ref.get('of'))}"
+    return NO_TRANSCRIPTS
+
+
 def board_tables(lb: Any, *, rank_by: str | None = None,
                  boards: Iterable[tuple[str, str]] | None = None) -> list[BoardTable]:
     """One :class:`BoardTable` per (env, split, protocol fingerprint) on the board ``lb``: records measured
@@ -98,6 +111,7 @@ def board_tables(lb: Any, *, rank_by: str | None = None,
         sources = {rec.get("record_id"): str((rec.get("env") or {}).get("data_source") or "") for rec in recs}
         agent_hashes = {rec.get("record_id"): str((rec.get("agent") or {}).get("content_hash") or "") for rec in recs}
         protocols = {rec.get("record_id"): protocol_for(rec) for rec in recs}
+        transcribed = {rec.get("record_id"): transcripts_cell(rec) for rec in recs}
         metric_cols = [c for c in wide.columns if not c.endswith(("_ci_low", "_ci_high", "_seed_std"))
                        and c not in _IDENTITY_COLUMNS and c != metric]
         placed = metric_order(env)  # the common metrics and the env's declared ones (EnvSpec.metrics)
@@ -120,6 +134,7 @@ def board_tables(lb: Any, *, rank_by: str | None = None,
                 "record_id_full": str(r["record_id"]),
                 "data": sources.get(str(r["record_id"]), ""),
                 "agent_hash": agent_hashes.get(str(r["record_id"]), ""),
+                "transcripts": transcribed.get(str(r["record_id"]), NO_TRANSCRIPTS),
                 "extra": {},
             }
             for m in extra:
@@ -259,14 +274,16 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
         out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`" + ("" if t.main else " — another protocol"), "",
                 f"Ranked by **{_md_escape(t.metric)}** ({direction}). {_md_protocol(t)}", ""]
         data_col = ["data"] if t.show_data else []
-        head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *data_col, *t.md_columns, "date", "record"]]
+        head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *data_col, *t.md_columns,
+                                        "transcripts", "date", "record"]]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---" for _ in head) + "|")
         for r in t.rows:
             cells = [str(r["rank"]), _md_escape(r["agent"]), _md_escape(r["algorithm"] or "-"), _cell(r["metric"]),
                      "-" if r["seed_std"] is None else _fmt(r["seed_std"]), str(r["n"]), _md_escape(r["seeds"]),
                      *([_md_escape(r.get("data") or "-")] if t.show_data else []),
-                     *[_cell(r["extra"].get(c)) or "-" for c in t.md_columns], _md_escape(r["created"]), f"`{_md_code(r['record_id'])}`"]
+                     *[_cell(r["extra"].get(c)) or "-" for c in t.md_columns], _md_escape(r["transcripts"]),
+                     _md_escape(r["created"]), f"`{_md_code(r['record_id'])}`"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         for p in plots.get(t.slug, []):
@@ -361,7 +378,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
                      f'data-fingerprint="{e(t.fingerprint)}"><thead><tr>')
         heads = [("rank", ""), ("agent", "t"), ("algorithm", "t"), (t.metric, ""), ("seed std", ""), ("n", ""),
                  ("seeds", "t"), *([("data", "t")] if t.show_data else []), *[(c, "") for c in t.columns],
-                 ("date", "t"), ("record", "t")]
+                 ("transcripts", "t"), ("date", "t"), ("record", "t")]
         parts.append("".join(f'<th class="{cls}" data-col="{e(h)}">{e(h)}</th>' for h, cls in heads))
         parts.append("</tr></thead><tbody>")
         for r in t.rows:
@@ -375,6 +392,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
                 (r["seeds"], "", "t"),
                 *([(r.get("data") or "-", "", "t")] if t.show_data else []),
                 *[(_cell(r["extra"].get(c)) or "-", repr(r["extra"][c][0]) if c in r["extra"] else "", "") for c in t.columns],
+                (r["transcripts"], "", "t"),
                 (r["created"], "", "t"),
                 (r["record_id"], "", "t"),
             ]

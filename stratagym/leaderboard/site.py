@@ -106,7 +106,8 @@ def _page(title: str, body: list[str]) -> str:
 
 
 def _narrow_table(t: BoardTable) -> list[str]:
-    heads = [("rank", ""), ("agent", "t"), ("algorithm", "t"), (t.metric, ""), ("n", ""), ("seeds", "t"), ("episodes", "t")]
+    heads = [("rank", ""), ("agent", "t"), ("algorithm", "t"), (t.metric, ""), ("n", ""), ("seeds", "t"),
+             ("transcripts", "t"), ("episodes", "t")]
     out = [f'<table class="sortable board" id="board-{_e(t.slug)}" data-env="{_e(t.env)}" data-split="{_e(t.split)}" '
            f'data-fingerprint="{_e(t.fingerprint)}"><thead><tr>'
            + "".join(f'<th class="{c}" data-col="{_e(h)}">{_e(h)}</th>' for h, c in heads) + "</tr></thead><tbody>"]
@@ -119,6 +120,7 @@ def _narrow_table(t: BoardTable) -> list[str]:
             f'<td class="primary" data-sort="{r["metric"][0]!r}">{_e(_cell(r["metric"]))}</td>',
             f'<td data-sort="{r["n"]}">{r["n"]}</td>',
             f'<td class="t">{_e(r["seeds"])}</td>',
+            f'<td class="t transcripts">{_e(r["transcripts"])}</td>',
             f'<td class="t"><a class="record-link" href="{_e(page)}">{_e(r["record_id"])}</a></td>',
         ]
         out.append("<tr>" + "".join(cells) + "</tr>")
@@ -306,8 +308,9 @@ def _episode(ep: Mapping[str, Any], transcript: Mapping[str, Any] | None) -> lis
         if final is not None:
             out += ['<div class="k">the env\'s answer to the last action</div>', f'<pre class="final">{_e(final)}</pre>']
     else:
-        out.append('<p class="muted no-transcript">No transcript for this episode: the eval\'s progress file was not '
-                   "given to <code>stratagym leaderboard site --transcripts</code>, or predates transcripts.</p>")
+        out.append('<p class="muted no-transcript">No transcript for this episode: the record names no committed '
+                   "archive holding it (not back-filled, or beyond the archive's size budget), and no progress file "
+                   "given to <code>stratagym leaderboard site --transcripts</code> holds it.</p>")
     out.append("</details>")
     return out
 

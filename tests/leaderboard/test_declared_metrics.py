@@ -64,7 +64,7 @@ def test_a_declared_metric_ranks_and_shows_on_the_board(tmp_path):
     lb.close()
     md = paths["markdown"].read_text()
     assert "Ranked by **cost** (lower is better)" in md
-    assert "| rank | agent | algorithm | cost | seed std | n | seeds | hit | cost/miss | date | record |" in md
+    assert "| rank | agent | algorithm | cost | seed std | n | seeds | hit | cost/miss | transcripts | date | record |" in md
     html = paths["html"].read_text()
     assert 'data-col="cost/hit"' in html and 'data-col="near"' in html
 

@@ -184,7 +184,7 @@ def test_site_in_headless_chromium_escapes_filters_and_opens_turns(tmp_path):
         agents = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "table.board tbody td.agent")]
         assert sorted(agents) == sorted([HOSTILE, "other"])  # shown literally (3 vs 10 tasks: two tables)
         # the narrow tables have 7 columns; the rest opens on a click
-        assert {len(t.find_elements(By.CSS_SELECTOR, "thead th")) for t in driver.find_elements(By.CSS_SELECTOR, "table.board")} == {7}
+        assert {len(t.find_elements(By.CSS_SELECTOR, "thead th")) for t in driver.find_elements(By.CSS_SELECTOR, "table.board")} == {8}
         wide = driver.find_elements(By.CSS_SELECTOR, "details.more table")[0]
         assert not wide.is_displayed()
         driver.find_elements(By.CSS_SELECTOR, "details.more > summary")[0].click()
