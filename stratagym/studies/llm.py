@@ -53,9 +53,11 @@ from stratagym.envs.fingerprint import library_versions
 from stratagym.errors import ConfigError
 from stratagym.eval.paired import compare, compare_seeds, decide, outcomes_by_task
 from stratagym.eval.records import load_record
+from stratagym.eval.run_level import is_binary, paired_matrices, run_level_reading
 from stratagym.jsonl import read_jsonl
 from stratagym.paths import REPO_ROOT, slug
 from stratagym.studies.llm_plots import plot_llm_study
+from stratagym.studies.report import run_level_lines
 from stratagym.studies.preregistration import Preregistration, PreregistrationError, git_proof, load_preregistration
 
 __all__ = [
@@ -524,9 +526,12 @@ def compare_study(study: LLMStudy, pre: Preregistration, proof: dict[str, str], 
         pooled = compare_seeds(pairs)
         verdict = (decide(pooled, direction=h.direction, test=pre.test, alpha=pre.alpha, min_effect=pre.min_effect)
                    if complete else f"incomplete ({len(seeds)} of {len(study.seeds)} registered seeds)")
+        base_m, new_m = paired_matrices(pairs)
+        if pre.test == "mcnemar" and not is_binary(base_m, new_m):
+            verdict = "not testable: McNemar's test needs 0/1 outcomes"
         results["hypotheses"].append({
             **asdict(h), "pooled": pooled.to_dict(), "per_seed": {str(s): compare(b, a).to_dict() for s, (b, a) in zip(seeds, pairs)},
-            "verdict": verdict,
+            "verdict": verdict, "binary": is_binary(base_m, new_m), "run_level": run_level_reading(base_m, new_m),
         })
     write_json_atomic(out / "comparison.json", results)
     atomic_write(out / "comparison.md", render(results))
@@ -553,14 +558,19 @@ def render(results: dict[str, Any]) -> str:
     lines += ["| arm | mean | per seed |", "|---|---|---|"]
     for label, a in results["arms"].items():
         lines.append(f"| {label} | {a['mean']:.3f} | {', '.join(f'{v:.3f}' for v in a['per_seed'])} |")
-    lines += ["", "| hypothesis | difference [95% CI] | wins / losses | McNemar p | permutation p | per seed | verdict |",
+    lines += ["", "The registered verdict (unit: the question; the interval resamples questions with the trained "
+              "checkpoints held fixed, so it speaks for these checkpoints):", "",
+              "| hypothesis | difference [95% CI] | wins / losses | McNemar p | permutation p | per seed | verdict |",
               "|---|---|---|---|---|---|---|"]
     for h in results["hypotheses"]:
         c = h["pooled"]
         op = ">" if h["direction"] == "greater" else "<"
+        mcnemar = f"{c['mcnemar_p']:.3g}" if h.get("binary", True) else "n/a (not 0/1)"
         lines.append(f"| {h['arm']} {op} {h['baseline']} | {c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}] | "
-                     f"{c['wins']} / {c['losses']} | {c['mcnemar_p']:.3g} | {c['permutation_p']:.3g} | "
+                     f"{c['wins']} / {c['losses']} | {mcnemar} | {c['permutation_p']:.3g} | "
                      f"{', '.join(f'{d:+.3f}' for d in c['per_seed'])} | **{h['verdict']}** |")
+    lines += run_level_lines([(f"{h['arm']} {'>' if h['direction'] == 'greater' else '<'} {h['baseline']}", h)
+                              for h in results["hypotheses"] if "run_level" in h])
     lines += ["", f"![the registered test, strata and training logs]({FIGURES})"]
     if any("by_stratum" in a for a in results["arms"].values()):
         lines += ["", f"By {results['study']['strata']} (mean over seeds):", ""]

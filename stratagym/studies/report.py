@@ -10,11 +10,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from stratagym.eval.paired import compare_seeds, decide
+from stratagym.eval.run_level import is_binary, paired_matrices, run_level_reading, seed_interval
 from stratagym.leaderboard.render import literal_plot_text, save_figure
 
 
 __all__ = ["t_interval", "summarize", "markdown_table", "plot_curves", "curve_matrix", "md_cell",
-           "registered_verdicts", "verdict_lines"]
+           "registered_verdicts", "verdict_lines", "run_level_lines"]
 
 
 def md_cell(text: str) -> str:
@@ -28,13 +29,10 @@ def t_interval(values: Sequence[float], *, level: float = 0.95) -> tuple[float, 
     arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
     if arr.size == 0:
         return float("nan"), float("nan"), float("nan")
-    m = float(arr.mean())
     if arr.size == 1:
+        m = float(arr[0])
         return m, m, m
-    from scipy import stats
-
-    half = float(stats.t.ppf(0.5 + level / 2, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size))
-    return m, m - half, m + half
+    return seed_interval(arr, level=level)
 
 
 def curve_matrix(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +178,12 @@ def registered_verdicts(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 continue
             c = compare_seeds(pairs)
             row.update(c.to_dict())
-            if max(c.base, c.new) < reg["testable_floor"]:
+            base_m, new_m = paired_matrices(pairs)
+            row["binary"] = is_binary(base_m, new_m)
+            row["run_level"] = run_level_reading(base_m, new_m)
+            if reg["test"] == "mcnemar" and not row["binary"]:
+                verdict = "not testable: McNemar's test needs 0/1 outcomes"
+            elif max(c.base, c.new) < reg["testable_floor"]:
                 verdict = "not testable"
             else:
                 verdict = decide(c, direction=h["direction"], test=reg["test"], alpha=reg["alpha"],
@@ -190,6 +193,35 @@ def registered_verdicts(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             row["verdict"] = verdict
             out.append(row)
     return out
+
+
+def _iv(d: Mapping[str, Any], fmt: str = "+.3f") -> str:
+    """``value [low, high]`` of a run-level reading's entry (``[n/a]`` bounds for one seed)."""
+    v, lo, hi = d.get("value", d.get("mean")), d["ci_low"], d["ci_high"]
+    if lo != lo or hi != hi:  # NaN: one seed
+        return f"{v:{fmt}} [n/a: one seed]"
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def run_level_lines(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """The seed-level reading of each registered comparison as Markdown (``rows``: a hypothesis's text and
+    its entry holding ``run_level`` from :func:`stratagym.eval.run_level.run_level_reading`). Nothing here
+    changes a verdict: it is read beside it."""
+    if not rows:
+        return []
+    lines = ["", "Seed-level reading (unit: the training run; beside the registered verdict, never instead of it). "
+             "The t-interval treats each seed's paired difference as one observation; the stratified bootstrap "
+             "(rliable's, Agarwal et al. 2021) resamples runs within each task, both arms with the same run "
+             "indices; IQM is shown for outcomes that are not 0/1 (on 0/1 outcomes it only rounds the mean):", "",
+             "| hypothesis | seeds | difference, t-interval over seeds | difference, stratified bootstrap | "
+             "IQM baseline / arm | P(arm > baseline) |", "|---|---|---|---|---|---|"]
+    for text, h in rows:
+        r = h["run_level"]
+        iqm_cell = (f"{_iv(r['base_iqm'], '.3f')} / {_iv(r['new_iqm'], '.3f')}" if not h.get("binary", False)
+                    else "n/a (0/1 outcomes)")
+        lines.append(f"| {md_cell(text)} | {r['n_seeds']} | {_iv(r['seed_diff'])} | {_iv(r['diff_mean'])} | "
+                     f"{iqm_cell} | {_iv(r['p_improvement'], '.2f')} |")
+    return lines
 
 
 def verdict_lines(results: Mapping[str, Any]) -> str:
@@ -212,4 +244,6 @@ def verdict_lines(results: Mapping[str, Any]) -> str:
         lines.append(f"| {hyp} | {v['metric']} | {v['base']:.3f} | {v['new']:.3f} | "
                      f"{v['diff']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}] | {p:.3g} | "
                      f"{', '.join(f'{x:+.2f}' for x in v['per_seed'])} | {v['verdict']} |")
+    lines += run_level_lines([(f"{v['arm']} {'>' if v['direction'] == 'greater' else '<'} {v['baseline']} "
+                               f"({v['metric']})", v) for v in registered_verdicts(results) if "run_level" in v])
     return "\n".join(lines) + "\n"

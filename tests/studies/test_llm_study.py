@@ -274,6 +274,11 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(repo):
     assert saved["hypotheses"][0]["verdict"] == h["verdict"]
     md = (repo / "out" / "comparison.md").read_text()
     assert "Stratified > GRPO" in md and "By hops" in md and "(figures.png)" in md
+    # the seed-level reading beside the verdict: each seed's difference is one observation
+    r = h["run_level"]
+    assert r["unit"] == "seed" and r["n_seeds"] == 3 and h["binary"]  # EM is 0/1
+    assert r["seed_diff"]["per_seed"] == pytest.approx(h["pooled"]["per_seed"])
+    assert "Seed-level reading (unit: the training run" in md and "n/a (0/1 outcomes)" in md
     assert (repo / "out" / "figures.png").read_bytes()[:4] == b"\x89PNG"
     # everything is done: a second run runs no command and gives the same comparison
     again = run_llm_study(study, out=repo / "out", runs_root=repo / "runs",
@@ -385,3 +390,19 @@ def test_committed_comparisons_name_repository_paths_not_the_checkout():
         paths = [saved["study"]["path"], saved["study"]["preregistration"], saved["study"]["recipe"],
                  saved["preregistration"]["path"]]
         assert all(not p.startswith("/") for p in paths), paths
+
+
+@pytest.mark.parametrize("name", ["stratified-smollm2-hops", "hadw-smollm2-hops", "hgpo-smollm2-corridor-mixed"])
+def test_the_committed_studies_seed_level_intervals(name):
+    """The issue's audit, recomputed from the committed comparisons: over the three seeds the differences'
+    95% t-intervals all cross zero, whatever the question-level verdict said; the HGPO study's 0-3 count
+    metric gets no McNemar p."""
+    expected = {"stratified-smollm2-hops": (0.118, -0.149, 0.386), "hadw-smollm2-hops": (0.080, -0.156, 0.316),
+                "hgpo-smollm2-corridor-mixed": (0.029, -0.153, 0.211)}[name]
+    saved = json.loads((Path(__file__).resolve().parents[2] / "studies" / "llm" / name / "comparison.json").read_text())
+    (h,) = saved["hypotheses"]
+    d = h["run_level"]["seed_diff"]
+    assert (round(d["mean"], 3), round(d["ci_low"], 3), round(d["ci_high"], 3)) == expected
+    assert h["binary"] is (name != "hgpo-smollm2-corridor-mixed")
+    md = (Path(__file__).resolve().parents[2] / "studies" / "llm" / name / "comparison.md").read_text()
+    assert ("n/a (not 0/1)" in md) is (name == "hgpo-smollm2-corridor-mixed")
