@@ -39,6 +39,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from stratagym.envs.metric_spec import MetricSpec
 from stratagym.envs.registry import get_spec
 from stratagym.eval.stats import Estimate, SeedSummary, across_seeds, mean, proportion
@@ -162,38 +164,48 @@ def _won(row: Mapping[str, Any], rules: _MetricRules) -> bool:
     return bool(row.get("won", False))
 
 
-def _summarise(spec: MetricSpec, values: Sequence[Any]) -> Estimate:
+def _mean(values: Iterable[Any], n_boot: int) -> Estimate:
+    """A bootstrap mean, or with ``n_boot=0`` the mean alone (NaN bounds: nobody reads them)."""
+    if n_boot:
+        return mean(float(v) for v in values)
+    arr = np.asarray([float(v) for v in values], dtype=np.float64)
+    return Estimate(float(arr.mean()) if arr.size else float("nan"), int(arr.size), float("nan"), float("nan"), "bootstrap")
+
+
+def _summarise(spec: MetricSpec, values: Sequence[Any], n_boot: int = 2000) -> Estimate:
     """A rate (share of values true or >= 0.5, Wilson) or a mean (bootstrap), scaled as declared."""
-    est = proportion(float(v) >= 0.5 for v in values) if spec.kind == "rate" else mean(float(v) for v in values)
+    est = proportion(float(v) >= 0.5 for v in values) if spec.kind == "rate" else _mean(values, n_boot)
     return est if spec.scale == 1.0 else est.scaled(spec.scale)
 
 
-def _declared(spec: MetricSpec, rows: Sequence[Mapping[str, Any]]) -> Estimate | None:
+def _declared(spec: MetricSpec, rows: Sequence[Mapping[str, Any]], n_boot: int = 2000) -> Estimate | None:
     """``spec`` over ``rows``, or ``None`` where an episode lacks its value."""
     values = [spec.value(r) for r in rows]
     if not values or any(v is None for v in values):
         return None
-    return _summarise(spec, values)
+    return _summarise(spec, values, n_boot)
 
 
-def _primary_on(rows: Sequence[Mapping[str, Any]], rules: _MetricRules) -> Estimate:
+def _primary_on(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, n_boot: int = 2000) -> Estimate:
     """The primary metric on a part of the episodes; an episode without the primary's value counts by its
     ``won`` flag (a declared rate), success where the primary is not a declared metric."""
     spec = next((m for m in rules.declared if m.name == rules.primary_metric), None)
     if spec is None:
         return proportion(_won(r, rules) for r in rows)
     values = [spec.value(r) for r in rows]
-    return _summarise(spec, [bool(r.get("won", False)) if v is None else v for r, v in zip(rows, values)])
+    return _summarise(spec, [bool(r.get("won", False)) if v is None else v for r, v in zip(rows, values)], n_boot)
 
 
-def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: str | None) -> dict[str, Estimate]:
+def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: str | None, n_boot: int = 2000) -> dict[str, Estimate]:
+    """Every metric over ``rows``; ``n_boot=0`` skips the bootstrap intervals of means (NaN bounds) where
+    only values are read (per-seed values, the committed-records check)."""
     m: dict[str, Estimate] = {}
     m["success"] = proportion(_won(r, rules) for r in rows)
     for spec in _COMMON_FIRST:
-        m[spec.name] = _declared(spec, rows)  # type: ignore[assignment]  (record fields are never missing)
+        m[spec.name] = _declared(spec, rows, n_boot)  # type: ignore[assignment]  (record fields are never missing)
     # The env's own metrics, as its spec declares them; each only where every episode has its value.
     for spec in rules.declared:
-        est = _declared(spec, rows)
+        est = _declared(spec, rows, n_boot)
         if est is not None:
             m[spec.name] = est
     # Any other numeric per-episode value an env keeps (its spec's record_info_keys) becomes a metric
@@ -205,7 +217,7 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
         if all(isinstance(v, bool) for v in vals):
             m[key] = proportion(vals)
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals):
-            m[key] = mean(float(v) for v in vals)
+            m[key] = _mean(vals, n_boot)
     primary = next((s for s in rules.declared if s.name == rules.primary_metric), None)
     if primary is not None and primary.kind == "rate" and primary.name not in m:
         m[primary.name] = proportion(bool(r.get("won", False)) for r in rows)  # episodes without the value
@@ -235,29 +247,31 @@ def _estimates(rows: Sequence[Mapping[str, Any]], rules: _MetricRules, split: st
         for name, want in zip(spec.part_names(rules.primary_metric), (True, False)):
             sub = [r for r, v in zip(rows, flags) if v is want]
             if sub:
-                m[name] = _primary_on(sub, rules)
+                m[name] = _primary_on(sub, rules, n_boot)
     for d, flags in sorted(by_dist.items()):
         m[f"success_{d}"] = proportion(flags)
 
     for spec in _COMMON_LAST:
-        m[spec.name] = _declared(spec, rows)  # type: ignore[assignment]
+        m[spec.name] = _declared(spec, rows, n_boot)  # type: ignore[assignment]
     if any(r.get("prompt_cuts") for r in rows):
-        m["prompt_cuts"] = _summarise(_PROMPT_CUTS, [int(r.get("prompt_cuts") or 0) for r in rows])
+        m["prompt_cuts"] = _summarise(_PROMPT_CUTS, [int(r.get("prompt_cuts") or 0) for r in rows], n_boot)
     return m
 
 
-def aggregate(episodes: Iterable[Any], *, env_id: str, split: str | None = None, spec: Any = None) -> Aggregate:
+def aggregate(episodes: Iterable[Any], *, env_id: str, split: str | None = None, spec: Any = None,
+              intervals: bool = True) -> Aggregate:
     """Aggregate per-episode outcomes of ``env_id`` into metrics with CIs, distributions and seed spread.
 
     ``split`` is the eval's split, used for in/out-of-distribution success when episodes do not carry
     their own ``extra["split"]``. ``spec``: ``env_id``'s ``EnvSpec`` when the caller already resolved it
-    (the eval harness does, once per eval); else it is looked up.
+    (the eval harness does, once per eval); else it is looked up. ``intervals=False`` skips the bootstrap
+    intervals of means (NaN bounds; Wilson intervals of rates are kept: they cost nothing).
     """
     rows = [_row(e) for e in episodes]
     if not rows:
         raise ValueError("aggregate needs at least one episode")
     rules = _rules(env_id, spec)
-    metrics = _estimates(rows, rules, split)
+    metrics = _estimates(rows, rules, split, 2000 if intervals else 0)
     distributions = {
         "search_count": _hist(int(r.get("search_count", 0)) for r in rows),
         "turns": _hist(int(r.get("turns", 0)) for r in rows),
@@ -266,7 +280,8 @@ def aggregate(episodes: Iterable[Any], *, env_id: str, split: str | None = None,
     for r in rows:
         by_seed[str(r.get("seed"))].append(r)
     per_seed = {
-        seed: {k: est.value for k, est in _estimates(rs, rules, split).items()} for seed, rs in sorted(by_seed.items())
+        # values only: a per-seed bootstrap would be computed and thrown away (half an eval's aggregation time)
+        seed: {k: est.value for k, est in _estimates(rs, rules, split, 0).items()} for seed, rs in sorted(by_seed.items())
     }
     spread = {k: across_seeds([per_seed[s].get(k, math.nan) for s in per_seed]) for k in metrics}
     return Aggregate(metrics=metrics, distributions=distributions, per_seed=per_seed, across_seeds=spread)

@@ -1,0 +1,215 @@
+"""Every committed result recomputes from what is committed, and the README quotes only such results.
+
+* Every record (the board's, the studies', docs/) has the id of its content and metrics that recompute
+  from its episodes: value and n of every metric, Wilson bounds of every rate, and the primary metric's
+  interval whatever its method. A number edited by hand fails here even if the id was recomputed.
+* Every LLM study's registered comparison recomputes from its records: the paired difference, its
+  interval and p, each seed's difference and the verdict by the registered rule.
+* The README's result figures are registered below (:data:`CLAIMS`), each with the records it rests on
+  and the function that writes it; the README must quote exactly that text. Every result figure the
+  README prints (an ``EM``, ``success`` or ``score`` followed by a number, or a bolded three-decimal
+  figure) must sit inside a registered claim or in :data:`UNBACKED`, which says why it has no record.
+
+Values only, so the whole file runs in about a second (bootstrap intervals of non-primary means are
+skipped: ``aggregate(..., intervals=False)``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from stratagym.eval.aggregate import aggregate, primary_metric
+from stratagym.eval.paired import compare_seeds, decide, outcomes_by_task
+from stratagym.eval.records import record_id
+from stratagym.paths import slug
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD_FILES = sorted([*ROOT.glob("leaderboard/records/*.json"), *ROOT.glob("studies/**/records/*.json"),
+                       *[p for p in ROOT.glob("docs/**/*.json") if "precision" not in p.parts]])
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return (a != a and b != b) or math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def test_every_committed_record_recomputes_from_its_episodes():
+    assert len(RECORD_FILES) > 150
+    problems = []
+    for path in RECORD_FILES:
+        rec = _load(path)
+        name = path.relative_to(ROOT)
+        if record_id(rec) != rec["record_id"]:
+            problems.append(f"{name}: record_id is not its content's")
+            continue
+        agg = aggregate(rec["episodes"], env_id=rec["env"]["id"], split=rec["split"], intervals=False)
+        for key, stored in rec["metrics"].items():
+            got = agg.metrics.get(key)
+            if got is None:
+                problems.append(f"{name}: {key} is not computed from the episodes")
+                continue
+            fields = ("value", "n") + (("ci_low", "ci_high") if got.method == "wilson" else ())
+            bad = [f for f in fields if not _same(stored[f], getattr(got, f))]
+            if bad:
+                problems.append(f"{name}: {key} {bad[0]} {stored[bad[0]]} != {getattr(got, bad[0])}")
+        primary = primary_metric(rec["env"]["id"])
+        if primary in rec["metrics"] and rec["metrics"][primary].get("method") != "wilson":
+            full = aggregate(rec["episodes"], env_id=rec["env"]["id"], split=rec["split"]).metrics[primary]
+            if not (_same(full.ci_low, rec["metrics"][primary]["ci_low"]) and _same(full.ci_high, rec["metrics"][primary]["ci_high"])):
+                problems.append(f"{name}: {primary}'s interval does not recompute")
+        for seed, values in (rec.get("per_seed") or {}).items():
+            for key, v in values.items():
+                if key in agg.per_seed.get(seed, {}) and not _same(v, agg.per_seed[seed][key]):
+                    problems.append(f"{name}: per_seed {seed} {key} {v} != {agg.per_seed[seed][key]}")
+                    break
+    assert not problems, "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("study", sorted(p.parent.name for p in ROOT.glob("studies/llm/*/comparison.json")))
+def test_every_llm_study_verdict_recomputes_from_its_records(study):
+    folder = ROOT / "studies" / "llm" / study
+    saved = _load(folder / "comparison.json")
+    pre = saved["preregistration"]
+    by_seed = len(saved["study"]["eval"].get("seeds") or [0]) > 1
+    for h in saved["hypotheses"]:
+        pairs = []
+        for seed in saved["seeds_done"]:
+            def outcomes(label: str) -> dict[str, float]:
+                return outcomes_by_task(_load(folder / "records" / f"{slug(label)}-s{seed}.json"), pre["metric"], by_seed=by_seed)
+            pairs.append((outcomes(h["baseline"]), outcomes(h["arm"])))
+        c = compare_seeds(pairs)
+        for key in ("diff", "ci_low", "ci_high", "permutation_p", "mcnemar_p", "wins", "losses", "base", "new"):
+            assert _same(getattr(c, key), h["pooled"][key]), (study, key)
+        assert c.per_seed == pytest.approx(h["pooled"]["per_seed"])
+        verdict = decide(c, direction=h["direction"], test=pre["test"], alpha=pre["alpha"], min_effect=pre["min_effect"])
+        assert verdict == h["verdict"], study
+
+
+# ---- the README's figures ---------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def rec(prefix: str) -> dict[str, Any]:
+    """The board record whose id starts with ``prefix`` (the 12 characters ending its file name)."""
+    (path,) = ROOT.glob(f"leaderboard/records/*__{prefix}.json")
+    return _load(path)
+
+
+def m(prefix: str, metric: str = "em") -> float:
+    return float(rec(prefix)["metrics"][metric]["value"])
+
+
+def ci(prefix: str, metric: str, fmt: str, scale: float = 1.0) -> str:
+    x = rec(prefix)["metrics"][metric]
+    return f"{x['value'] * scale:{fmt}} [{x['ci_low'] * scale:{fmt}}, {x['ci_high'] * scale:{fmt}}]"
+
+
+@lru_cache(maxsize=None)
+def study(name: str) -> dict[str, Any]:
+    return _load(ROOT / "studies" / "llm" / name / "comparison.json")
+
+
+def registered(name: str) -> str:
+    """A study's README cell: arm vs baseline means, the pooled difference [CI]."""
+    s = study(name)
+    (h,) = s["hypotheses"]
+    c = h["pooled"]
+    return f"EM {s['arms'][h['arm']]['mean']:.3f} vs {s['arms'][h['baseline']]['mean']:.3f}, {c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+
+
+def over_seeds(name: str) -> str:
+    d = study(name)["hypotheses"][0]["run_level"]["seed_diff"]
+    return f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+
+
+@lru_cache(maxsize=None)
+def _hops() -> dict[str, int]:
+    from stratagym.envs.search_qa.data import load_qa
+
+    return {ex.id: int(ex.hops) for ex in load_qa("bundled", "test_unseen")}
+
+
+def em_by_hops(prefix: str, hops: int) -> float:
+    eps = [e for e in rec(prefix)["episodes"] if _hops()[e["task_id"]] == hops]
+    return sum(float(e["extra"]["em"]) for e in eps) / len(eps)
+
+
+#: The SmolLM2 SearchQA rows: SFT (test_unseen, test), and the four RL runs (GRPO / Stratified + KL, seeds 0, 1).
+SFT_UNSEEN, SFT_TEST = "888fbad301ce", "0ed1b45d9d58"
+RL_UNSEEN = ("658e6e135d8d", "c168b068a1f6", "3c338715e239", "179ac62bd6b5")
+RL_TEST = ("372aea6e833e", "217073a83247", "ab31b7db7fb3", "e933c8cda37c")
+HOP3_START, HOP3_END = "0b593aac3452", "c210ddb37a42"
+
+#: README text -> how it is written from committed records.
+CLAIMS: list[tuple[str, Callable[[], str]]] = [
+    ("SFT on unseen and bundled questions",
+     lambda: f"EM **{m(SFT_UNSEEN):.3f}** [{rec(SFT_UNSEEN)['metrics']['em']['ci_low']:.3f}, "
+             f"{rec(SFT_UNSEEN)['metrics']['em']['ci_high']:.3f}] on `test_unseen` and {m(SFT_TEST):.3f}"),
+    ("RL runs on unseen questions", lambda: f"EM to {min(map(m, RL_UNSEEN)):.3f}-{max(map(m, RL_UNSEEN)):.3f}"),
+    ("RL gains per run", lambda: f"**{(min(map(m, RL_UNSEEN)) - m(SFT_UNSEEN)) * 100:+.0f} to "
+                                 f"{(max(map(m, RL_UNSEEN)) - m(SFT_UNSEEN)) * 100:+.1f} points** per run"),
+    ("RL runs on bundled questions", lambda: f"checkpoints score {min(map(m, RL_TEST)):.3f}-{max(map(m, RL_TEST)):.3f}"),
+    ("2-hop EM before and after RL",
+     lambda: f"(EM {em_by_hops(SFT_UNSEEN, 2):.2f} -> {min(em_by_hops(p, 2) for p in RL_UNSEEN):.2f}-"
+             f"{max(em_by_hops(p, 2) for p in RL_UNSEEN):.2f})"),
+    ("third-hop curriculum on 1-hop questions",
+     lambda: f"questions, {em_by_hops(HOP3_START, 1):.3f} -> {em_by_hops(HOP3_END, 1):.3f}: it searched more"),
+    ("third-hop curriculum on 3-hop questions", lambda: f"reached {em_by_hops(HOP3_END, 3):.3f} on them"),
+    ("the 0.64M SFT model on the unseen world", lambda: f"scores EM **{m('f3d4a4a03ac0'):.3f}**"),
+    ("the 13-world 3.5M model", lambda: f"EM\n**{m('351544a0725d'):.3f}** [{rec('351544a0725d')['metrics']['em']['ci_low']:.3f}, "
+                                        f"{rec('351544a0725d')['metrics']['em']['ci_high']:.3f}]"),
+    ("the 13-world 3.5M model on the bundled world", lambda: f"`test` EM\n{m('9f962900e1ed'):.3f}, a ratio of "
+                                                             f"{m('351544a0725d') / m('9f962900e1ed'):.2f}"),
+    ("WebShop SFT", lambda: f"scores **{ci('7159c53e0cef', 'score', '.1f', 100)}**, success\n"
+                            f"**{m('7159c53e0cef', 'success'):.2f}** [{rec('7159c53e0cef')['metrics']['success']['ci_low']:.2f}, "
+                            f"{rec('7159c53e0cef')['metrics']['success']['ci_high']:.2f}]"),
+    ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
+    ("WebShop expert, oracle, random",
+     lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
+             f"random {m('4a7cbe79c8aa', 'score') * 100:.1f}"),
+    ("Stratified GRPO study", lambda: registered("stratified-smollm2-hops")),
+    ("HA-DW study", lambda: registered("hadw-smollm2-hops")),
+    ("HGPO study", lambda: "best doors of 3 " + ", ".join(registered("hgpo-smollm2-corridor-mixed").split(", ")[1:])),
+    ("Stratified over seeds", lambda: over_seeds("stratified-smollm2-hops") + "; P(Stratified > GRPO) "
+                                      + "{value:.2f} [{ci_low:.2f}, {ci_high:.2f}]".format(
+                                          **study("stratified-smollm2-hops")["hypotheses"][0]["run_level"]["p_improvement"])),
+    ("HA-DW over seeds", lambda: "| " + over_seeds("hadw-smollm2-hops") + " |"),
+    ("HGPO over seeds", lambda: "| " + over_seeds("hgpo-smollm2-corridor-mixed") + " |"),
+]
+
+#: README result figures with no committed record behind them, and why.
+UNBACKED: dict[str, str] = {
+    "success 0.99 vs 0.59": "the demo's own SearchArchives rows: `make demo` recomputes them into runs/bench",
+    "EM 0.32 on the demo": "the demo's SFT rows (runs/bench); `make demo` recomputes them",
+    "EM 0.42 on the 50": "the demo's SmolLM2 row on 50 questions (runs/bench); `make demo` recomputes it",
+    "2-hop EM 0.03 -> ~0.52": "the first 3.5M build's by-hop figures: its checkpoints and per-hop evals were never committed",
+    "EM 0.17 to\n0.47": "the tools-protocol SmolLM2 rows: their evals and adapters were not committed (issue 50 item 4)",
+}
+
+
+def test_every_registered_readme_figure_is_written_from_committed_records():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [f"{name}: README lacks {text()!r}" for name, text in CLAIMS if text() not in readme]
+    assert not missing, "\n".join(missing)
+
+
+def test_every_result_figure_in_the_readme_is_registered_or_says_why_not():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    covered = [(m_.start(), m_.end()) for _, text in CLAIMS for m_ in re.finditer(re.escape(text()), readme)]
+    covered += [(m_.start(), m_.end()) for text in UNBACKED for m_ in re.finditer(re.escape(text), readme)]
+    assert all(text in readme for text in UNBACKED), [t for t in UNBACKED if t not in readme]
+    figures = re.finditer(r"\b(?:EM|score|success)\s+\**\d+\.\d+|\*\*\d\.\d{3}\*\*", readme)
+    loose = [f.group(0) + " ... " + readme[f.end():f.end() + 40].replace("\n", " ") for f in figures
+             if not any(lo <= f.start() and f.end() <= hi for lo, hi in covered)]
+    assert not loose, "README result figures with no record behind them (register them in CLAIMS, or say why in UNBACKED):\n" + "\n".join(loose)
