@@ -118,6 +118,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                                          "progress file (<out>.progress.jsonl) for `stratagym leaderboard site`."),
         label: Optional[str] = typer.Option(None, help="Display name on the leaderboard."),
         algorithm: Optional[str] = typer.Option(None, help="The algorithm that trained the agent (for the leaderboard)."),
+        retriever_ablation: bool = typer.Option(False, "--retriever-ablation", help="SearchQA: also evaluate with no "
+                                                "retrieval, random passages and gold passages shuffled across questions, "
+                                                "and add the record's search-dependence block (docs/eval.md)."),
         submit: bool = typer.Option(False, "--submit", help="Submit the record(s) to the leaderboard."),
         board: Optional[str] = typer.Option(None, "--board", help="Leaderboard store URL or SQLite path (default leaderboard/board.db)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -157,7 +160,17 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                     batch_size=batch_size, env_kwargs={**e.env_kwargs, **parse_env_args(env_arg)}, max_steps=max_steps or e.max_steps,
                     label=label, algorithm=algorithm, agent_options=parse_env_args(policy_arg, flag="--policy-arg"),
                 )
+                if retriever_ablation and not e.env.startswith("stratagym/SearchQA"):
+                    raise EvalError(f"--retriever-ablation applies to SearchQA envs (stratagym/SearchQA-v0), not {e.env}")
                 record = evaluate(cfg, out=target, resume=resume, progress=not quiet, transcripts=transcripts)
+                if retriever_ablation:
+                    from stratagym.eval.aggregate import primary_metric
+                    from stratagym.eval.records import write_json_atomic
+                    from stratagym.eval.search_dependence import run_ablations, search_dependence_block
+
+                    ablated = run_ablations(cfg, target, evaluate, resume=resume, progress=not quiet, transcripts=transcripts)
+                    record["search_dependence"] = search_dependence_block(record, ablated, metric=primary_metric(e.env))
+                    write_json_atomic(target, record)
                 records.append(record)
                 console.print(f"[green]wrote[/green] {esc(target)}")
         except (AgentSpecError, EvalError, SuiteError) as exc:

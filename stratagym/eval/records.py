@@ -15,7 +15,9 @@ A record says exactly what was evaluated, so two numbers on the board can be com
 ``record_id`` is the sha256 of the canonical JSON of everything except ``record_id``, ``created`` and
 ``transcripts``: the same evaluation submitted twice has the same id, which is how the leaderboard spots
 duplicates. ``transcripts`` (optional) names the committed archive of the episodes' turns by content hash
-(:mod:`stratagym.eval.transcript_archive`); it is an attachment, so back-filling it keeps the id.
+(:mod:`stratagym.eval.transcript_archive`), and ``search_dependence`` (optional, SearchQA) holds the same
+agent's scores under retrieval ablations (:mod:`stratagym.eval.search_dependence`); both are attachments,
+so back-filling them keeps the id.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ SCHEMA = "stratagym.result/2"
 LEGACY_SCHEMA = "stratagym.result/1"
 SUPPORTED_SCHEMAS = frozenset({SCHEMA, LEGACY_SCHEMA})
 
-_EXCLUDED_FROM_ID = ("record_id", "created", "transcripts")
+_EXCLUDED_FROM_ID = ("record_id", "created", "transcripts", "search_dependence")
 
 #: Required top-level keys and their JSON types.
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
@@ -121,7 +123,8 @@ def content_hash_path(path: str | os.PathLike[str]) -> str:
 
 
 def record_id(record: Mapping[str, Any]) -> str:
-    """The content id of a record (sha256 of its canonical JSON minus ``record_id``/``created``/``transcripts``)."""
+    """The content id of a record (sha256 of its canonical JSON minus ``record_id``, ``created`` and the
+    attachments ``transcripts`` and ``search_dependence``)."""
     body = {k: v for k, v in record.items() if k not in _EXCLUDED_FROM_ID}
     return hashlib.sha256(_canonical(body)).hexdigest()
 

@@ -29,7 +29,8 @@ from stratagym.leaderboard.protocols import protocol_for
 from stratagym.leaderboard.scripts import SORTABLE_TABLES_JS
 
 __all__ = ["render_board", "render_markdown", "render_html", "board_tables", "BoardTable", "SplitComparison", "protocol_text",
-           "split_comparisons", "transcripts_cell", "NO_TRANSCRIPTS"]
+           "split_comparisons", "transcripts_cell", "NO_TRANSCRIPTS",
+           "search_dependence_cell", "SEARCH_DEPENDENCE"]
 
 class BoardTable:
     """The rows of one (env, split, protocol) board in rank order, ready to render.
@@ -47,6 +48,8 @@ class BoardTable:
         self.fingerprint, self.source, self.differences, self.main = fingerprint, source, list(differences or []), main
         #: a "data" column (the records' ``env.data_source``: bundled or real data) when any row has one
         self.show_data = any(r.get("data") for r in rows)
+        #: the search-dependence column (docs/eval.md) on every retrieval-QA table, "-" where not run
+        self.shows_search_dependence = env.startswith("stratagym/SearchQA")
 
     @property
     def slug(self) -> str:
@@ -86,6 +89,22 @@ def transcripts_cell(record: Mapping[str, Any]) -> str:
     return NO_TRANSCRIPTS
 
 
+#: The board's column for the search-dependence eval (SearchQA tables): the primary metric under each ablation.
+SEARCH_DEPENDENCE = "search dependence (none / random / shuffled)"
+
+
+def search_dependence_cell(record: Mapping[str, Any]) -> str:
+    """``0.020 / 0.050 / 0.045``: the record's primary metric with no retrieval, random passages and
+    shuffled gold passages (:mod:`stratagym.eval.search_dependence`), ``-`` where it was not run."""
+    block = record.get("search_dependence")
+    ablations = block.get("ablations") if isinstance(block, Mapping) else None
+    if not isinstance(ablations, Mapping) or not ablations:
+        return "-"
+    from stratagym.eval.search_dependence import ABLATIONS  # lazy: the board renders without the eval package's parts
+
+    return " / ".join(f"{ablations[a]['value']:.3f}" if a in ablations else "-" for a in ABLATIONS)
+
+
 def board_tables(lb: Any, *, rank_by: str | None = None,
                  boards: Iterable[tuple[str, str]] | None = None) -> list[BoardTable]:
     """One :class:`BoardTable` per (env, split, protocol fingerprint) on the board ``lb``: records measured
@@ -112,6 +131,7 @@ def board_tables(lb: Any, *, rank_by: str | None = None,
         agent_hashes = {rec.get("record_id"): str((rec.get("agent") or {}).get("content_hash") or "") for rec in recs}
         protocols = {rec.get("record_id"): protocol_for(rec) for rec in recs}
         transcribed = {rec.get("record_id"): transcripts_cell(rec) for rec in recs}
+        dependence = {rec.get("record_id"): search_dependence_cell(rec) for rec in recs}
         metric_cols = [c for c in wide.columns if not c.endswith(("_ci_low", "_ci_high", "_seed_std"))
                        and c not in _IDENTITY_COLUMNS and c != metric]
         placed = metric_order(env)  # the common metrics and the env's declared ones (EnvSpec.metrics)
@@ -135,6 +155,7 @@ def board_tables(lb: Any, *, rank_by: str | None = None,
                 "data": sources.get(str(r["record_id"]), ""),
                 "agent_hash": agent_hashes.get(str(r["record_id"]), ""),
                 "transcripts": transcribed.get(str(r["record_id"]), NO_TRANSCRIPTS),
+                "search_dependence": dependence.get(str(r["record_id"]), "-"),
                 "extra": {},
             }
             for m in extra:
@@ -274,15 +295,17 @@ def render_markdown(tables: Sequence[BoardTable], *, plots: dict[str, list[str]]
         out += [f"## {_md_escape(t.env)} — split `{_md_code(t.split)}`" + ("" if t.main else " — another protocol"), "",
                 f"Ranked by **{_md_escape(t.metric)}** ({direction}). {_md_protocol(t)}", ""]
         data_col = ["data"] if t.show_data else []
+        dep_col = [SEARCH_DEPENDENCE] if t.shows_search_dependence else []
         head = [_md_escape(h) for h in ["rank", "agent", "algorithm", t.metric, "seed std", "n", "seeds", *data_col, *t.md_columns,
-                                        "transcripts", "date", "record"]]
+                                        *dep_col, "transcripts", "date", "record"]]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---" for _ in head) + "|")
         for r in t.rows:
             cells = [str(r["rank"]), _md_escape(r["agent"]), _md_escape(r["algorithm"] or "-"), _cell(r["metric"]),
                      "-" if r["seed_std"] is None else _fmt(r["seed_std"]), str(r["n"]), _md_escape(r["seeds"]),
                      *([_md_escape(r.get("data") or "-")] if t.show_data else []),
-                     *[_cell(r["extra"].get(c)) or "-" for c in t.md_columns], _md_escape(r["transcripts"]),
+                     *[_cell(r["extra"].get(c)) or "-" for c in t.md_columns],
+                     *([_md_escape(r["search_dependence"])] if dep_col else []), _md_escape(r["transcripts"]),
                      _md_escape(r["created"]), f"`{_md_code(r['record_id'])}`"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
@@ -378,6 +401,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
                      f'data-fingerprint="{e(t.fingerprint)}"><thead><tr>')
         heads = [("rank", ""), ("agent", "t"), ("algorithm", "t"), (t.metric, ""), ("seed std", ""), ("n", ""),
                  ("seeds", "t"), *([("data", "t")] if t.show_data else []), *[(c, "") for c in t.columns],
+                 *([(SEARCH_DEPENDENCE, "t")] if t.shows_search_dependence else []),
                  ("transcripts", "t"), ("date", "t"), ("record", "t")]
         parts.append("".join(f'<th class="{cls}" data-col="{e(h)}">{e(h)}</th>' for h, cls in heads))
         parts.append("</tr></thead><tbody>")
@@ -392,6 +416,7 @@ def render_html(tables: Sequence[BoardTable], *, plots: dict[str, list[str]] | N
                 (r["seeds"], "", "t"),
                 *([(r.get("data") or "-", "", "t")] if t.show_data else []),
                 *[(_cell(r["extra"].get(c)) or "-", repr(r["extra"][c][0]) if c in r["extra"] else "", "") for c in t.columns],
+                *([(r["search_dependence"], "", "t")] if t.shows_search_dependence else []),
                 (r["transcripts"], "", "t"),
                 (r["created"], "", "t"),
                 (r["record_id"], "", "t"),

@@ -2,7 +2,8 @@
 
 * Every record (the board's, the studies', docs/) has the id of its content and metrics that recompute
   from its episodes: value and n of every metric, Wilson bounds of every rate, and the primary metric's
-  interval whatever its method. A number edited by hand fails here even if the id was recomputed.
+  interval whatever its method; a search-dependence block recomputes from the outcomes it keeps. A
+  number edited by hand fails here even if the id was recomputed.
 * Every LLM study's registered comparison recomputes from its records: the paired difference, its
   interval and p, each seed's difference and the verdict by the registered rule.
 * The README's result figures are registered below (:data:`CLAIMS`), each with the records it rests on
@@ -27,6 +28,7 @@ import pytest
 from stratagym.eval.aggregate import aggregate, primary_metric
 from stratagym.eval.paired import compare_seeds, decide, outcomes_by_task
 from stratagym.eval.records import record_id
+from stratagym.eval.stats import proportion
 from stratagym.paths import slug
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +70,15 @@ def test_every_committed_record_recomputes_from_its_episodes():
             full = aggregate(rec["episodes"], env_id=rec["env"]["id"], split=rec["split"]).metrics[primary]
             if not (_same(full.ci_low, rec["metrics"][primary]["ci_low"]) and _same(full.ci_high, rec["metrics"][primary]["ci_high"])):
                 problems.append(f"{name}: {primary}'s interval does not recompute")
+        block = rec.get("search_dependence")
+        if block is not None:  # each ablation's figure from the per-episode outcomes it keeps
+            keys = {f"{e['task_id']}#{e['seed']}" for e in rec["episodes"]}
+            for name, x in block["ablations"].items():
+                est = proportion(list(x["outcomes"].values()))
+                if set(x["outcomes"]) != keys or not all(_same(x[f], getattr(est, f)) for f in ("value", "n", "ci_low", "ci_high")):
+                    problems.append(f"{name}: search_dependence {name} does not recompute from its outcomes")
+                if not _same(block["drop"][name], rec["metrics"][block["metric"]]["value"] - x["value"]):
+                    problems.append(f"{name}: search_dependence drop {name} is not real minus ablated")
         for seed, values in (rec.get("per_seed") or {}).items():
             for key, v in values.items():
                 if key in agg.per_seed.get(seed, {}) and not _same(v, agg.per_seed[seed][key]):

@@ -37,10 +37,10 @@ from stratagym.envs.search_qa.protocol import (
     information_block,
     parse_turn,
 )
-from stratagym.envs.search_qa.retrievers.base import Retriever
+from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
 from stratagym.metrics import exact_match, f1, substring_match
 
-__all__ = ["SearchQAEnv"]
+__all__ = ["SearchQAEnv", "RETRIEVAL_ABLATIONS"]
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
 #: The first observation under the tools protocol: the question, and what the two tools are for.
@@ -93,6 +93,10 @@ class SearchQAEnv(TextEnv):
     * ``dense_model`` / ``faiss_kind`` -- encoder path and ``flat`` / ``ivf`` / ``hnsw`` for the dense backend;
     * ``hops`` (``None``: every question) -- keep only questions with these hop counts (an int or a list),
       from the examples' ``metadata.hops``: a curriculum over hops trains on the longest chains alone;
+    * ``retrieval_ablation`` (``None``) -- the search-dependence eval: every search returns nothing
+      (``no_retrieval``), ``topk`` random passages (``random_passage``), or the hits for the *next*
+      question's gold query at this hop (``shuffled_gold``); the search still counts. Not Search-R1's: an
+      eval-only probe of whether a model reads what it retrieves (docs/eval.md);
     * ``topk`` (3), ``max_turns`` (4 search rounds + 1 final turn, Search-R1's meaning), ``context_k`` (4);
     * ``max_query_chars`` (``None``: no limit, as Search-R1) -- longer queries become invalid turns;
     * ``accept_unclosed_tags`` (``False``, as Search-R1) -- treat a turn that ends inside an unclosed
@@ -135,6 +139,7 @@ class SearchQAEnv(TextEnv):
         protocol: str = "tags",
         tool_parser: str = "hermes",
         hops: int | Sequence[int] | None = None,
+        retrieval_ablation: str | None = None,
     ):
         if int(max_turns) < 0:
             raise ConfigError(f"max_turns (search rounds) must be >= 0, got {max_turns}")
@@ -175,6 +180,12 @@ class SearchQAEnv(TextEnv):
         # a dataset without one
         self._overlap = episode_overlap(self.dataset, self.split)
         self._example: QAExample | None = None
+        self.retrieval_ablation = _ablation(retrieval_ablation, self.retriever, len(self._examples))
+        # shuffled_gold: each question reads the next question's gold passages (the split's order, before a
+        # hops filter, so the pairing does not depend on which hop counts are kept)
+        every = load_qa(dataset, split)
+        self._partner = {ex.id: every[(i + 1) % len(every)] for i, ex in enumerate(every)}
+        self._searches = 0
 
     # ---- tasks ----------------------------------------------------------------------------------
     def task_ids(self) -> Sequence[str]:
@@ -194,6 +205,7 @@ class SearchQAEnv(TextEnv):
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
         ex = self._by_id[task_id]
         self._example = ex
+        self._searches = 0
         return format_prompt(ex.question, self.prompt_template), self._task_info(ex)
 
     @staticmethod
@@ -263,7 +275,7 @@ class SearchQAEnv(TextEnv):
             return StepResult(observation=observation, tool="search", state_text=observation, info=info,
                               state_hash=state_hash)
         try:
-            hits = self.retriever.batch_search([query], self.topk)[0]
+            hits = self._retrieve(query)
             observation, state_hash = PASSAGE_TABLE.block(tuple(map(_CONTENTS, hits)))
         except Exception as exc:  # server down, backend crash: an observation, never a crashed rollout
             observation, state_hash = _retrieval_failed(exc, info), None
@@ -271,6 +283,26 @@ class SearchQAEnv(TextEnv):
         # retriever failed: the agent's decision is what the stratum records.
         return StepResult(observation=observation, tool="search", state_text=observation, info=info,
                           state_hash=state_hash)
+
+    def _retrieve(self, query: str) -> list[Any]:
+        """The passages a search returns: the retriever's top-k, or under ``retrieval_ablation`` what the
+        ablation puts in their place (the search-dependence eval, docs/eval.md): nothing, ``topk`` random
+        passages of the corpus (drawn per question and search, so every agent meets the same ones), or the
+        top-k for the next question's gold query at this hop."""
+        k, self._searches = self._searches, self._searches + 1
+        if self.retrieval_ablation is None:
+            return self.retriever.batch_search([query], self.topk)[0]
+        if self.retrieval_ablation == "no_retrieval":
+            return []
+        task = self._example.id if self._example is not None else ""
+        if self.retrieval_ablation == "random_passage":
+            corpus = self.retriever.corpus
+            rng = np.random.default_rng(stable_hash(f"random_passage/{task}/{k}") & 0x7FFFFFFFFFFFFFFF)
+            picks = rng.choice(len(corpus), size=min(self.topk, len(corpus)), replace=False)
+            return [Hit(*corpus.doc(int(i)), 0.0) for i in picks]
+        partner = self._partner[task]
+        gold = partner.oracle_queries or [partner.question]
+        return self.retriever.batch_search([gold[min(k, len(gold) - 1)]], self.topk)[0]
 
     def _answer(self, answer: str) -> StepResult:
         scores = self._final_scores(answer)
@@ -322,6 +354,24 @@ class SearchQAEnv(TextEnv):
         if self._owns_retriever:
             self.retriever.close()
         super().close()
+
+
+#: The search-dependence eval's ablations (``retrieval_ablation``): what a search returns instead of its hits.
+RETRIEVAL_ABLATIONS = ("no_retrieval", "random_passage", "shuffled_gold")
+
+
+def _ablation(value: str | None, retriever: Retriever, n_questions: int) -> str | None:
+    """``retrieval_ablation`` checked: one of :data:`RETRIEVAL_ABLATIONS` (or None), with what it needs."""
+    if value is None:
+        return None
+    if value not in RETRIEVAL_ABLATIONS:
+        raise ConfigError(f"retrieval_ablation must be one of {', '.join(RETRIEVAL_ABLATIONS)} (or unset), got {value!r}")
+    if value == "random_passage" and getattr(retriever, "corpus", None) is None:
+        raise ConfigError("retrieval_ablation: random_passage draws from the corpus in this process; a remote "
+                          "retriever has none here: pass corpus=... with a local retriever")
+    if value == "shuffled_gold" and n_questions < 2:
+        raise ConfigError("retrieval_ablation: shuffled_gold needs at least 2 questions to shuffle gold passages across")
+    return value
 
 
 def _retrieval_failed(exc: Exception, info: dict[str, Any]) -> str:
