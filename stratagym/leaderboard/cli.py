@@ -184,9 +184,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     @lb_app.command("attach")
     def attach(
         records: list[Path] = typer.Argument(..., help="Record JSON files to attach transcripts to (e.g. leaderboard/records/*.json)."),
-        progress: list[Path] = typer.Option(..., "--progress", "-p", help="An eval progress file (*.progress.jsonl, "
+        progress: list[Path] = typer.Option([], "--progress", "-p", help="An eval progress file (*.progress.jsonl, "
                                             "gzipped or not) or a folder searched for them; repeatable. Matched to "
                                             "each record by the eval's identity, not by name."),
+        rerun: list[Path] = typer.Option([], "--rerun", help="A record of the same evaluation run again (same "
+                                         "record id) whose search_dependence block (`stratagym eval "
+                                         "--retriever-ablation`) is copied in; repeatable."),
         archives: Path = typer.Option(Path("leaderboard") / "transcripts", "--archives", help="Folder of the "
                                       "content-addressed transcript archives (committed beside the records)."),
         budget_mb: float = typer.Option(2.0, "--budget-mb", help="Compressed size one record's archive may take; a "
@@ -202,12 +205,29 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         console = Console(soft_wrap=True)
         if budget_mb <= 0:
             raise UserError(f"--budget-mb must be positive, got {budget_mb}")
-        missing = [p for p in progress if not p.exists()]
+        if not progress and not rerun:
+            raise UserError("give --progress (transcripts) and/or --rerun (a search_dependence block) to attach")
+        missing = [p for p in [*progress, *rerun] if not p.exists()]
         if missing:
-            raise UserError(f"--progress {missing[0]} does not exist; give an eval's *.progress.jsonl file or a folder holding them")
+            raise UserError(f"{missing[0]} does not exist; give an eval's *.progress.jsonl file (or a folder holding "
+                            "them) to --progress, a record JSON file to --rerun")
         loaded = [(path, load_record(path)) for path in records]
-        found = find_transcripts(progress, [rec for _, rec in loaded])
+        reruns = {r["record_id"]: r for r in map(load_record, rerun)}
         failed = 0
+        for path, rec in loaded:
+            again = reruns.get(rec["record_id"])
+            if rerun and (again is None or "search_dependence" not in again):
+                failed += 1
+                console.print(f"[red]no search dependence for[/red] {esc(path)}: no --rerun record has its id "
+                              f"{rec['record_id'][:12]} and a search_dependence block (a rerun that differs in any "
+                              "episode is another evaluation)")
+            elif again is not None:
+                rec["search_dependence"] = again["search_dependence"]
+                write_json_atomic(path, rec)
+                console.print(f"attached the search dependence of {esc(path)}")
+        if not progress:
+            raise typer.Exit(1 if failed else 0)
+        found = find_transcripts(progress, [rec for _, rec in loaded])
         for path, rec in loaded:
             try:
                 ref = write_archive(rec, found.get(str(rec["record_id"]), {}), archives,

@@ -213,3 +213,21 @@ def test_the_identity_holds_the_compute_dtype_unless_float32(real_eval):
     bf16 = {**record, "agent": {**record["agent"], "dtype": "bfloat16"}}
     assert record_identity_hash(fp32) == record_identity_hash(record) == record_identity_hash(bf16, legacy=True)
     assert record_identity_hash(bf16) != record_identity_hash(record)
+
+
+def test_attach_copies_a_search_dependence_block_only_from_a_rerun_of_the_same_evaluation(real_eval, tmp_path):
+    out, record, _ = real_eval
+    rec_path = tmp_path / "r.json"
+    shutil.copy(out, rec_path)
+    block = {"metric": "em", "real": {"value": 1.0}, "ablations": {}, "drop": {}}
+    (tmp_path / "again.json").write_text(json.dumps({**record, "search_dependence": block}))
+    other = json.loads(json.dumps(record))
+    other["episodes"][0]["total_reward"] = 0.0  # another run: another record id
+    other["record_id"] = record_id(other)
+    (tmp_path / "other.json").write_text(json.dumps({**other, "search_dependence": block}))
+    res = CliRunner().invoke(app, ["leaderboard", "attach", str(rec_path), "--rerun", str(tmp_path / "other.json")])
+    assert res.exit_code == 1 and "no search dependence" in res.output and "search_dependence" not in load_record(rec_path)
+    res = CliRunner().invoke(app, ["leaderboard", "attach", str(rec_path), "--rerun", str(tmp_path / "again.json")])
+    assert res.exit_code == 0, res.output
+    attached = load_record(rec_path)
+    assert attached["search_dependence"] == block and attached["record_id"] == record["record_id"] == record_id(attached)
