@@ -140,7 +140,8 @@ def resolved_task_kwargs(spec: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]
     """
     merged = {**_constructor_defaults(spec.entry_point), **dict(spec.kwargs), **dict(kwargs)}
     drop = GLOBAL_NEUTRAL_KWARGS | set(spec.neutral_kwargs) | set(spec.data_kwargs)
-    return {k: jsonable(v) for k, v in sorted(merged.items()) if k not in drop}
+    unset = {k for k in getattr(spec, "set_only_kwargs", ()) if merged.get(k) is None}
+    return {k: jsonable(v) for k, v in sorted(merged.items()) if k not in drop | unset}
 
 
 def library_versions(names: Iterable[str]) -> dict[str, str | None]:

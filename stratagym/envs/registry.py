@@ -84,6 +84,9 @@ class EnvSpec:
       family says otherwise;
     * ``data_kwargs``: kwargs that name where data lives (paths); the env's ``protocol_data()`` hashes
       their content instead, so the same data on two machines is one protocol;
+    * ``set_only_kwargs``: kwargs that join the fingerprint only when set (not None): probes added after
+      records existed (SearchQA's ``retrieval_ablation``), so an eval that does not use them keeps the
+      protocol of every earlier record;
     * ``reward``: the name of the env's reward function;
     * ``libraries``: distributions whose versions change behaviour (the env's ``protocol_data()`` may
       name the subset it actually uses under ``libraries``);
@@ -119,6 +122,7 @@ class EnvSpec:
     behaviour_version: int = 1
     neutral_kwargs: tuple[str, ...] = ()
     data_kwargs: tuple[str, ...] = ()
+    set_only_kwargs: tuple[str, ...] = ()
     reward: str = "env"
     libraries: tuple[str, ...] = ()
     board_columns: tuple[str, ...] = ()

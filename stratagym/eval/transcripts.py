@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 from stratagym.jsonl import read_jsonl
 
 __all__ = ["transcript_of", "eval_identity_hash", "record_identity_hash", "record_task_ids", "read_transcripts", "find_transcripts",
-           "Transcript"]
+           "same_outcome", "Transcript"]
 
 #: info keys a transcript does not repeat: hashes for the trainer, and values every step shows already.
 _SKIP_INFO = frozenset({"state_hash", "context_hashes", "task_id", "step", "action_valid", "search_count",
@@ -131,6 +131,12 @@ def read_transcripts(path: str | os.PathLike[str], *, outcomes: dict[tuple[int, 
     return identity, out
 
 
+def same_outcome(recorded: Mapping[str, Any], other: Any) -> bool:
+    """Whether ``other`` (an episode outcome from a progress file or a rerun) agrees with ``recorded`` on
+    every field ``recorded`` holds: a rerun on newer code may add fields (``prompt_cuts``), never change one."""
+    return isinstance(other, Mapping) and all(k in other and other[k] == v for k, v in recorded.items())
+
+
 def find_transcripts(folders: Iterable[str | os.PathLike[str]],
                      records: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple[int, str], Transcript]]:
     """``record_id -> {(seed, task_id): transcript}`` for every record whose eval left a progress file with
@@ -153,7 +159,7 @@ def find_transcripts(folders: Iterable[str | os.PathLike[str]],
         identity, episodes = read_transcripts(path, outcomes=outcomes)
         for rec in wanted.get(identity or "", []):
             mine = {(e.get("seed"), str(e.get("task_id"))): e for e in rec.get("episodes") or [] if isinstance(e, Mapping)}
-            if any(key in mine and mine[key] != outcome for key, outcome in outcomes.items()):
+            if any(key in mine and not same_outcome(mine[key], outcome) for key, outcome in outcomes.items()):
                 continue  # another run under the same identity
             bucket = found.setdefault(str(rec["record_id"]), {})
             for key, transcript in episodes.items():

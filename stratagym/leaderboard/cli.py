@@ -187,9 +187,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         progress: list[Path] = typer.Option([], "--progress", "-p", help="An eval progress file (*.progress.jsonl, "
                                             "gzipped or not) or a folder searched for them; repeatable. Matched to "
                                             "each record by the eval's identity, not by name."),
-        rerun: list[Path] = typer.Option([], "--rerun", help="A record of the same evaluation run again (same "
-                                         "record id) whose search_dependence block (`stratagym eval "
-                                         "--retriever-ablation`) is copied in; repeatable."),
+        rerun: list[Path] = typer.Option([], "--rerun", help="A record of the same evaluation run again (same agent "
+                                         "content hash, env, split, data and episode outcomes) whose search_dependence "
+                                         "block (`stratagym eval --retriever-ablation`) is copied in; repeatable."),
         archives: Path = typer.Option(Path("leaderboard") / "transcripts", "--archives", help="Folder of the "
                                       "content-addressed transcript archives (committed beside the records)."),
         budget_mb: float = typer.Option(2.0, "--budget-mb", help="Compressed size one record's archive may take; a "
@@ -212,15 +212,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise UserError(f"{missing[0]} does not exist; give an eval's *.progress.jsonl file (or a folder holding "
                             "them) to --progress, a record JSON file to --rerun")
         loaded = [(path, load_record(path)) for path in records]
-        reruns = {r["record_id"]: r for r in map(load_record, rerun)}
+        reruns = [load_record(p) for p in rerun]
         failed = 0
         for path, rec in loaded:
-            again = reruns.get(rec["record_id"])
-            if rerun and (again is None or "search_dependence" not in again):
+            again = next((r for r in reruns if "search_dependence" in r and _same_evaluation(rec, r)), None)
+            if rerun and again is None:
                 failed += 1
-                console.print(f"[red]no search dependence for[/red] {esc(path)}: no --rerun record has its id "
-                              f"{rec['record_id'][:12]} and a search_dependence block (a rerun that differs in any "
-                              "episode is another evaluation)")
+                console.print(f"[red]no search dependence for[/red] {esc(path)}: no --rerun record with a "
+                              "search_dependence block evaluated the same agent (content hash), env, split and "
+                              "episodes with the same outcomes (a rerun that differs in any episode is another evaluation)")
             elif again is not None:
                 rec["search_dependence"] = again["search_dependence"]
                 write_json_atomic(path, rec)
@@ -269,6 +269,21 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         for r in reasons:
             console.print(f"  {esc(r)}")
         raise typer.Exit(1)
+
+
+def _same_evaluation(record: dict, rerun: dict) -> bool:
+    """``rerun`` evaluated ``record``'s agent (by content hash) on its env, split and data, and every
+    episode's outcome agrees on every field ``record`` holds (newer code may add fields, e.g. ``prompt_cuts``)."""
+    from stratagym.eval.transcripts import same_outcome
+
+    if rerun.get("record_id") == record.get("record_id"):
+        return True
+    same = all((record.get(k) or {}).get(f) == (rerun.get(k) or {}).get(f)
+               for k, f in (("agent", "content_hash"), ("env", "id"), ("env", "data_hash"))) and record.get("split") == rerun.get("split")
+    key = lambda e: (e.get("seed"), str(e.get("task_id")))  # noqa: E731
+    theirs = {key(e): e for e in rerun.get("episodes") or []}
+    mine = record.get("episodes") or []
+    return same and len(theirs) == len(mine) and all(same_outcome(e, theirs.get(key(e))) for e in mine)
 
 
 def _record_files(records: Path) -> list[Path]:

@@ -231,3 +231,26 @@ def test_attach_copies_a_search_dependence_block_only_from_a_rerun_of_the_same_e
     assert res.exit_code == 0, res.output
     attached = load_record(rec_path)
     assert attached["search_dependence"] == block and attached["record_id"] == record["record_id"] == record_id(attached)
+
+
+def test_a_rerun_on_newer_code_that_only_adds_fields_is_the_same_evaluation(real_eval, tmp_path):
+    """Records written before ``prompt_cuts`` existed: a rerun whose episodes add that field but agree on
+    every field the record holds gives it transcripts and its search-dependence block."""
+    out, record, transcripts = real_eval
+    rows = [json.loads(line) for line in progress_path(out).read_text().splitlines()]
+    for row in rows:
+        if row.get("type") == "episode":
+            row["episode"]["prompt_cuts"] = 0
+    (tmp_path / "new.progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert find_transcripts([tmp_path], [record])[record["record_id"]] == transcripts
+    newer = json.loads(json.dumps(record))
+    for ep in newer["episodes"]:
+        ep["prompt_cuts"] = 0
+    newer["record_id"] = record_id(newer)
+    newer["search_dependence"] = {"metric": "em", "ablations": {}, "drop": {}}
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    rec_path = tmp_path / "r.json"
+    shutil.copy(out, rec_path)
+    res = CliRunner().invoke(app, ["leaderboard", "attach", str(rec_path), "--rerun", str(tmp_path / "newer.json")])
+    assert res.exit_code == 0, res.output
+    assert load_record(rec_path)["search_dependence"] == newer["search_dependence"]

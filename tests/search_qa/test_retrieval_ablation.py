@@ -121,3 +121,17 @@ def test_the_eval_cli_adds_the_block_without_changing_the_record_id(tmp_path):
     bad = subprocess.run([*cmd[:4], "scripted:oracle", "--env", "stratagym/SearchStrata-v0", "-n", "2", "-q",
                           "--retriever-ablation", "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "applies to SearchQA envs" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
+
+
+def test_the_probe_joins_the_protocol_only_when_set():
+    """An eval that does not ablate keeps the protocol of every record written before the option existed."""
+    from stratagym.envs.fingerprint import resolved_task_kwargs
+    from stratagym.envs.registry import get_spec
+
+    spec = get_spec("stratagym/SearchQA-v0")
+    assert "retrieval_ablation" not in resolved_task_kwargs(spec, {"topk": 1})
+    assert "retrieval_ablation" not in resolved_task_kwargs(spec, {"topk": 1, "retrieval_ablation": None})
+    assert resolved_task_kwargs(spec, {"retrieval_ablation": "no_retrieval"})["retrieval_ablation"] == "no_retrieval"
+    old = load_record(next(Path(__file__).resolve().parents[2].glob("leaderboard/records/*__888fbad301ce.json")))
+    assert "retrieval_ablation" not in old["protocol"]["fields"]["task_kwargs"]
+    assert resolved_task_kwargs(spec, {k: v for k, v in old["env"]["kwargs"].items()}) == old["protocol"]["fields"]["task_kwargs"]

@@ -29,6 +29,8 @@ ENV_SPECS = [
         # ``hops`` selects questions, as ``split`` does: the record's ``tasks`` field (count and hash of the
         # task ids) carries which were measured, so old records keep their fingerprints
         neutral_kwargs=("retrieval_timeout", "retrieval_retries", "hops"),
+        # the search-dependence probe counts only when set: a plain eval keeps every earlier record's protocol
+        set_only_kwargs=("retrieval_ablation",),
         data_kwargs=("dataset", "corpus", "index", "retrieval_urls", "dense_model"),
         reward="exact_match (stratagym.metrics.exact_match, Search-R1's normalisation)",
         board_columns=("f1", "search_count", "em/no_overlap"),
