@@ -182,6 +182,10 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                                         f"{rec('351544a0725d')['metrics']['em']['ci_high']:.3f}]"),
     ("the 13-world 3.5M model on the bundled world", lambda: f"`test` EM\n{m('9f962900e1ed'):.3f}, a ratio of "
                                                              f"{m('351544a0725d') / m('9f962900e1ed'):.2f}"),
+    ("search dependence of the SFT adapter",
+     lambda: "falls from {:.3f} to {:.3f},\n{:.3f} and {:.3f}".format(
+         rec(SFT_UNSEEN)["search_dependence"]["real"]["value"],
+         *(rec(SFT_UNSEEN)["search_dependence"]["ablations"][a]["value"] for a in ("no_retrieval", "random_passage", "shuffled_gold")))),
     ("WebShop SFT", lambda: f"scores **{ci('7159c53e0cef', 'score', '.1f', 100)}**, success\n"
                             f"**{m('7159c53e0cef', 'success'):.2f}** [{rec('7159c53e0cef')['metrics']['success']['ci_low']:.2f}, "
                             f"{rec('7159c53e0cef')['metrics']['success']['ci_high']:.2f}]"),
