@@ -161,6 +161,7 @@ SFT_UNSEEN, SFT_TEST = "888fbad301ce", "0ed1b45d9d58"
 RL_UNSEEN = ("658e6e135d8d", "c168b068a1f6", "3c338715e239", "179ac62bd6b5")
 RL_TEST = ("372aea6e833e", "217073a83247", "ab31b7db7fb3", "e933c8cda37c")
 HOP3_START, HOP3_END = "0b593aac3452", "c210ddb37a42"
+MIX_START, MIX_END = "b30ed7c881c7", "2f4ff70e4eb9"  # the third hop's second try (fp32)
 
 #: README text -> how it is written from committed records.
 CLAIMS: list[tuple[str, Callable[[], str]]] = [
@@ -177,6 +178,8 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("third-hop curriculum on 1-hop questions",
      lambda: f"questions, {em_by_hops(HOP3_START, 1):.3f} -> {em_by_hops(HOP3_END, 1):.3f}: it searched more"),
     ("third-hop curriculum on 3-hop questions", lambda: f"reached {em_by_hops(HOP3_END, 3):.3f} on them"),
+    ("third hop, second try", lambda: f"1-hop {em_by_hops(MIX_START, 1):.3f} -> {em_by_hops(MIX_END, 1):.3f} in fp32, but made no third "
+                                      f"search in {sum(e['search_count'] < 3 for e in rec(MIX_END)['episodes'])} greedy episodes"),
     ("the 0.64M SFT model on the unseen world", lambda: f"scores EM **{m('f3d4a4a03ac0'):.3f}**"),
     ("the 13-world 3.5M model", lambda: f"EM\n**{m('351544a0725d'):.3f}** [{rec('351544a0725d')['metrics']['em']['ci_low']:.3f}, "
                                         f"{rec('351544a0725d')['metrics']['em']['ci_high']:.3f}]"),
