@@ -163,7 +163,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 if retriever_ablation and not e.env.startswith("stratagym/SearchQA"):
                     raise EvalError(f"--retriever-ablation applies to SearchQA envs (stratagym/SearchQA-v0), not {e.env}")
                 record = evaluate(cfg, out=target, resume=resume, progress=not quiet, transcripts=transcripts)
-                if retriever_ablation:
+                if retriever_ablation:  # lazy: three more evals' helpers, only with --retriever-ablation
                     from stratagym.eval.aggregate import primary_metric
                     from stratagym.eval.records import write_json_atomic
                     from stratagym.eval.search_dependence import run_ablations, search_dependence_block

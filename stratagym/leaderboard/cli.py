@@ -11,7 +11,7 @@ from stratagym.cli_support import command_group
 from stratagym.display import esc, print_table
 from stratagym.errors import UserError
 from stratagym.eval.records import RecordError, load_record, write_json_atomic
-from stratagym.eval.transcripts import find_transcripts
+from stratagym.eval.transcripts import find_transcripts, same_outcome
 
 _BOARD_HELP = "Store: a SQLAlchemy URL (postgresql+psycopg2://...) or a SQLite path (default leaderboard/board.db; env STRATAGYM_BOARD)."
 
@@ -200,7 +200,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         Exit 1 if a record found no transcripts; the others are still attached."""
         from rich.console import Console
 
-        from stratagym.eval.transcript_archive import ArchiveError, write_archive
+        from stratagym.eval.transcript_archive import ArchiveError, write_archive  # lazy: only `attach` writes archives
 
         console = Console(soft_wrap=True)
         if budget_mb <= 0:
@@ -274,8 +274,6 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 def _same_evaluation(record: dict, rerun: dict) -> bool:
     """``rerun`` evaluated ``record``'s agent (by content hash) on its env, split and data, and every
     episode's outcome agrees on every field ``record`` holds (newer code may add fields, e.g. ``prompt_cuts``)."""
-    from stratagym.eval.transcripts import same_outcome
-
     if rerun.get("record_id") == record.get("record_id"):
         return True
     same = all((record.get(k) or {}).get(f) == (rerun.get(k) or {}).get(f)

@@ -25,6 +25,7 @@ from stratagym.paths import slug
 from stratagym.envs.fingerprint import protocol_diff
 from stratagym.envs.registry import get_spec
 from stratagym.eval.aggregate import higher_is_better, metric_order, primary_metric
+from stratagym.eval.search_dependence import ABLATIONS
 from stratagym.leaderboard.protocols import protocol_for
 from stratagym.leaderboard.scripts import SORTABLE_TABLES_JS
 
@@ -100,8 +101,6 @@ def search_dependence_cell(record: Mapping[str, Any]) -> str:
     ablations = block.get("ablations") if isinstance(block, Mapping) else None
     if not isinstance(ablations, Mapping) or not ablations:
         return "-"
-    from stratagym.eval.search_dependence import ABLATIONS  # lazy: the board renders without the eval package's parts
-
     return " / ".join(f"{ablations[a]['value']:.3f}" if a in ablations else "-" for a in ABLATIONS)
 
 
