@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping
 
 from stratagym.atomic import atomic_write
 from stratagym.errors import UserError
-from stratagym.eval.transcripts import Transcript
+from stratagym.eval.transcripts import Transcript, episodes_by_key
 
 __all__ = ["ARCHIVE_SCHEMA", "DEFAULT_BUDGET_BYTES", "ArchiveError", "build_archive", "write_archive",
            "read_archive", "check_archive", "archived_transcripts", "archive_name"]
@@ -162,7 +162,7 @@ def check_archive(record: Mapping[str, Any], folder: str | os.PathLike[str]) -> 
                            f"not {rid[:12]}")
     if (header.get("episodes"), header.get("of")) != (ref.get("episodes"), ref.get("of")) or len(rows) != ref.get("episodes"):
         raise ArchiveError(f"archive {str(ref.get('sha256'))[:12]}: episode counts differ from the record's reference")
-    mine = {(e.get("seed"), str(e.get("task_id"))): e for e in _episodes_in_order(record)}
+    mine = episodes_by_key(record)
     out: dict[tuple[int, str], Transcript] = {}
     for row in rows:
         key = (row.get("seed"), str(row.get("task_id")))

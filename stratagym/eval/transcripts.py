@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 from stratagym.jsonl import read_jsonl
 
 __all__ = ["transcript_of", "eval_identity_hash", "record_identity_hash", "record_task_ids", "read_transcripts", "find_transcripts",
-           "same_outcome", "Transcript"]
+           "same_outcome", "episodes_by_key", "Transcript"]
 
 #: info keys a transcript does not repeat: hashes for the trainer, and values every step shows already.
 _SKIP_INFO = frozenset({"state_hash", "context_hashes", "task_id", "step", "action_valid", "search_count",
@@ -131,6 +131,11 @@ def read_transcripts(path: str | os.PathLike[str], *, outcomes: dict[tuple[int, 
     return identity, out
 
 
+def episodes_by_key(record: Mapping[str, Any]) -> dict[tuple[Any, str], Mapping[str, Any]]:
+    """A record's episode outcomes keyed as transcripts are: ``(seed, task_id)``."""
+    return {(e.get("seed"), str(e.get("task_id"))): e for e in record.get("episodes") or [] if isinstance(e, Mapping)}
+
+
 def same_outcome(recorded: Mapping[str, Any], other: Any) -> bool:
     """Whether ``other`` (an episode outcome from a progress file or a rerun) agrees with ``recorded`` on
     every field ``recorded`` holds: a rerun on newer code may add fields (``prompt_cuts``), never change one."""
@@ -158,7 +163,7 @@ def find_transcripts(folders: Iterable[str | os.PathLike[str]],
         outcomes: dict[tuple[int, str], Any] = {}
         identity, episodes = read_transcripts(path, outcomes=outcomes)
         for rec in wanted.get(identity or "", []):
-            mine = {(e.get("seed"), str(e.get("task_id"))): e for e in rec.get("episodes") or [] if isinstance(e, Mapping)}
+            mine = episodes_by_key(rec)
             if any(key in mine and not same_outcome(mine[key], outcome) for key, outcome in outcomes.items()):
                 continue  # another run under the same identity
             bucket = found.setdefault(str(rec["record_id"]), {})

@@ -11,7 +11,7 @@ from stratagym.cli_support import command_group
 from stratagym.display import esc, print_table
 from stratagym.errors import UserError
 from stratagym.eval.records import RecordError, load_record, write_json_atomic
-from stratagym.eval.transcripts import find_transcripts, same_outcome
+from stratagym.eval.transcripts import episodes_by_key, find_transcripts, same_outcome
 
 _BOARD_HELP = "Store: a SQLAlchemy URL (postgresql+psycopg2://...) or a SQLite path (default leaderboard/board.db; env STRATAGYM_BOARD)."
 
@@ -278,10 +278,8 @@ def _same_evaluation(record: dict, rerun: dict) -> bool:
         return True
     same = all((record.get(k) or {}).get(f) == (rerun.get(k) or {}).get(f)
                for k, f in (("agent", "content_hash"), ("env", "id"), ("env", "data_hash"))) and record.get("split") == rerun.get("split")
-    key = lambda e: (e.get("seed"), str(e.get("task_id")))  # noqa: E731
-    theirs = {key(e): e for e in rerun.get("episodes") or []}
-    mine = record.get("episodes") or []
-    return same and len(theirs) == len(mine) and all(same_outcome(e, theirs.get(key(e))) for e in mine)
+    theirs, mine = episodes_by_key(rerun), episodes_by_key(record)
+    return same and len(theirs) == len(mine) and all(same_outcome(e, theirs.get(k)) for k, e in mine.items())
 
 
 def _record_files(records: Path) -> list[Path]:
