@@ -71,7 +71,11 @@ class EnvSpec:
       task type...), which the aggregator turns into extra metrics;
     * ``max_parallel``: the most envs one process should run at once (a browser env: 1);
     * ``cli``: the module of the env family's commands (a ``register(app, groups)`` function), which the
-      ``stratagym`` command loads; a third-party env package adds its commands the same way.
+      ``stratagym`` command loads; a third-party env package adds its commands the same way;
+    * ``training_overlap``: ``"module:function"`` computing ``{task_id: overlaps}`` for an eval split from
+      ``(env_kwargs, split, training_sets)``, the training sets of the evaluated checkpoint's provenance
+      (:mod:`stratagym.provenance`); the eval harness then replaces the env's own ``overlap`` flag (made
+      against the dataset's train split) with it. None: the env has no overlap notion.
 
     What the protocol fingerprint of a result record is made of (:mod:`stratagym.envs.fingerprint`,
     ``docs/protocol.md``):
@@ -119,6 +123,7 @@ class EnvSpec:
     record_info_keys: tuple[str, ...] = ()
     max_parallel: int | None = None
     cli: str | None = None
+    training_overlap: str | None = None
     behaviour_version: int = 1
     neutral_kwargs: tuple[str, ...] = ()
     data_kwargs: tuple[str, ...] = ()

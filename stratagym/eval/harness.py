@@ -34,7 +34,9 @@ import gymnasium as gym
 from stratagym import __version__
 from stratagym.envs.registry import get_spec
 from stratagym.errors import UserError
+from stratagym.objects import load_object
 from stratagym.precision import dtype_name
+from stratagym.provenance import TrainingDataMissing, provenance_digest, read_provenance, training_sets_for
 from stratagym.eval.agents import AgentSpec, AgentSpecError, build_agent, parse_agent_spec, scripted_env_kwargs
 from stratagym.eval.aggregate import aggregate
 from stratagym.envs.hints import env_kwarg_message, unknown_env_message
@@ -313,6 +315,8 @@ def evaluate(
     finally:
         all_tasks_env.close()
 
+    # a checkpoint that names its training data is measured for overlap against exactly that data
+    overlap_flags, provenance = training_overlap(spec, spec_env, config.env_id, env_kwargs, split)
     agent_hash = spec.content_hash()
     identity = {
         "agent": spec.raw,
@@ -326,6 +330,8 @@ def evaluate(
     }
     if dtype not in (None, "float32"):  # a bf16 eval is another eval: resuming must not mix the two
         identity["dtype"] = dtype
+    if provenance is not None:  # its overlap flags differ from an eval against the train split
+        identity["provenance"] = {"sha256": provenance["sha256"], "against_training_sets": overlap_flags is not None}
     log: _ProgressLog | None = None
     if out is not None:
         log = _ProgressLog(progress_path(out), identity, resume=resume)
@@ -363,6 +369,8 @@ def evaluate(
             def on_episode(traj: Any, _seed: int = seed) -> None:
                 ep = EpisodeRecord.from_trajectory(traj, info_keys).to_dict()
                 ep["seed"] = _seed
+                if overlap_flags is not None:
+                    ep.setdefault("extra", {})["overlap"] = overlap_flags.get(ep["task_id"], False)
                 done[(_seed, ep["task_id"])] = ep
                 if log is not None:
                     log.add(_seed, ep, transcript_of(traj) if transcripts else None)
@@ -382,6 +390,8 @@ def evaluate(
     agent_info: dict[str, Any] = {"spec": spec.raw, "kind": spec.kind, "label": config.label or spec.label, "content_hash": agent_hash}
     if dtype is not None:
         agent_info["dtype"] = dtype
+    if provenance is not None:
+        agent_info["provenance"] = provenance
     if config.algorithm:
         agent_info["algorithm"] = config.algorithm
     record = build_record(
@@ -401,6 +411,29 @@ def evaluate(
     if out is not None:
         write_json_atomic(out, record)
     return record
+
+
+def training_overlap(agent: AgentSpec, env_spec: Any, env_id: str, env_kwargs: Mapping[str, Any],
+                     split: str) -> tuple[dict[str, bool] | None, dict[str, Any] | None]:
+    """``(task_id -> overlaps, provenance summary)`` when the agent is a checkpoint whose provenance
+    (:mod:`stratagym.provenance`) names training sets of this env and the env family computes overlap
+    against them (``EnvSpec.training_overlap``); ``(None, None)`` otherwise, leaving the env's own flag
+    (measured against the dataset's train split). Where the named training data is not on this machine
+    the env's flag stays too, and the summary's ``overlap_against`` says why."""
+    if env_spec.training_overlap is None or agent.kind not in ("checkpoint", "hf", "policy"):
+        return None, None
+    prov = read_provenance(agent.name) if Path(agent.name).is_dir() else None
+    sets = training_sets_for(prov, env_id)
+    if not sets:
+        return None, None
+    summary = {"sha256": provenance_digest(prov), "overlap_against": "training sets",
+               "training_tasks": sum(len(s["task_ids"]) for s in sets),
+               "stages": [s["stage"] for s in sets]}
+    try:
+        flags = load_object(env_spec.training_overlap)(env_kwargs, split, sets)
+    except TrainingDataMissing as exc:
+        return None, {**summary, "overlap_against": f"the env's train split: {exc}"}
+    return flags, summary
 
 
 def build_record(

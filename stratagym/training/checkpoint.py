@@ -35,6 +35,7 @@ import torch
 
 from stratagym.atomic import atomic_write as atomic_write_text  # the name checkpoint callers use
 from stratagym.atomic import publish_folder
+from stratagym.provenance import write_provenance
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints", "rng_state",
            "restore_rng_state", "atomic_write_text", "CHECKPOINT_DIR"]
@@ -115,9 +116,11 @@ def save_checkpoint(
     keep_last: int = 2,
     critic: Any = None,
     critic_optimizer: Optional[torch.optim.Optimizer] = None,
+    provenance: Optional[list[dict[str, Any]]] = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically; returns its folder. ``state`` must be JSON-able.
-    ``critic`` / ``critic_optimizer``: PPO's value model and its optimizer, saved beside the policy."""
+    ``critic`` / ``critic_optimizer``: PPO's value model and its optimizer, saved beside the policy;
+    ``provenance``: the policy's training sets, written into its folder (:mod:`stratagym.provenance`)."""
     root = Path(output_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
     _clean_tmp(root)
@@ -125,6 +128,8 @@ def save_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:08d}-", dir=root))
     try:
         policy.save_pretrained(tmp / "policy")
+        if provenance is not None:
+            write_provenance(tmp / "policy", provenance)
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         if scheduler is not None:

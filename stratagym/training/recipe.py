@@ -4,7 +4,8 @@
   worker's own copy, :mod:`stratagym.training.async_rollout`);
 * :func:`seed_everything`: python, numpy and torch seeded from ``train.seed``;
 * :func:`refuse_eval_split`: RL tasks never come from an evaluation split;
-* :func:`check_estimator_metadata`: the estimator's required env metadata is what the env provides.
+* :func:`check_estimator_metadata`: the estimator's required env metadata is what the env provides;
+* :func:`training_set_of`: the provenance entry (:mod:`stratagym.provenance`) of tasks a run trained on.
 
 They live apart from the trainer so that the rollout workers build their policy without importing the
 trainer (which imports the workers: no import cycle).
@@ -20,11 +21,13 @@ import torch
 
 from stratagym.agents.llm import LLMConfig, LLMPolicy
 from stratagym.objects import load_object
+from stratagym.envs.registry import get_spec
 from stratagym.errors import ConfigError
+from stratagym.provenance import training_set
 from stratagym.training.demos import EVAL_SPLIT_NAMES
 from stratagym.training.rollout import env_metadata_keys
 
-__all__ = ["build_policy", "seed_everything", "refuse_eval_split", "check_estimator_metadata"]
+__all__ = ["build_policy", "seed_everything", "refuse_eval_split", "check_estimator_metadata", "training_set_of"]
 
 
 def seed_everything(seed: int) -> None:
@@ -70,3 +73,16 @@ def check_estimator_metadata(estimator: Any, env_id: str, observed_info: Optiona
             f"{sorted(provided)}. Pick an estimator whose needs the env meets (grpo, rloo and dr_grpo need "
             f"none), or declare the keys in the env's EnvSpec.metadata_keys if it really fills them."
         )
+
+
+def training_set_of(stage: str, env_id: str, env_kwargs: dict[str, Any], split: Optional[str], task_ids: Any,
+                    **extra: Any) -> dict[str, Any]:
+    """The provenance entry of a training stage: ``task_ids`` of ``env_id``'s ``split``, with the env kwargs
+    its spec names as data-defining (``EnvSpec.data_kwargs``: where the data lives), hashed. An env
+    registered outside stratagym's registry keeps no data kwargs (its tasks are still named)."""
+    try:
+        keys = get_spec(env_id).data_kwargs
+    except KeyError:
+        keys = ()
+    return training_set(stage=stage, env_id=env_id, split=split, task_ids=task_ids,
+                        data_kwargs={k: env_kwargs[k] for k in keys if k in env_kwargs}, **extra)

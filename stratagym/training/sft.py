@@ -19,6 +19,8 @@ output when resuming:
    :meth:`LLMPolicy.save_pretrained` into a temporary folder and moved into place only when complete.
    ``stratagym train`` (``policy.model: <folder>``) and ``stratagym eval <folder>`` load it unchanged;
    ``sft_meta.json`` in it records the recipe, the demonstrations' sha256, steps, loss and wall times;
+   ``provenance.json`` names the tasks the demonstrations played (:mod:`stratagym.provenance`), after the
+   stages of the checkpoint it started from, so evals measure train/test overlap against them;
 5. **eval** -- greedy primary metric on ``eval.n`` tasks of the eval split (``env.eval_kwargs``), played
    through the rollout loop the trainer uses.
 
@@ -50,8 +52,10 @@ from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
 from stratagym.precision import resolve_dtype
+from stratagym.provenance import inherited_stages, write_provenance
 from stratagym.training.config import build_dataclass, read_yaml_mapping
 from stratagym.training.demos import collect_demos, demos_digest, read_demos, write_demos
+from stratagym.training.recipe import training_set_of
 from stratagym.training.rollout import play
 
 __all__ = [
@@ -59,6 +63,8 @@ __all__ = [
     "load_sft_recipe",
     "build_examples",
     "run_sft",
+    "collect_recipe_demos",
+    "sft_provenance",
     "evaluate_checkpoint",
     "complete_checkpoints",
     "check_policy_for_env",
@@ -356,6 +362,27 @@ def _stage(log: dict[str, float], name: str, t0: float) -> float:
     return now
 
 
+def collect_recipe_demos(recipe: SFTRecipe, *, progress: bool = False) -> list[dict[str, Any]]:
+    """The demonstrations a recipe without ``demos.path`` collects (deterministic: the same recipe gives
+    the same file, which is how provenance is back-filled for checkpoints that predate it)."""
+    return collect_demos(recipe.env.id, recipe.demos.agent, split=recipe.demos.split, n=recipe.demos.n,
+                         env_kwargs={k: v for k, v in recipe.env.kwargs.items() if k != "split"},
+                         template=recipe.policy.get("template"), memory_k=int(recipe.policy.get("memory_k", 2)),
+                         seed=recipe.demos.seed, episodes_per_task=recipe.demos.episodes_per_task,
+                         only_won=not recipe.demos.keep_lost, progress=progress)
+
+
+def sft_provenance(recipe: SFTRecipe, records: Sequence[dict[str, Any]], demos_sha256: str) -> list[dict[str, Any]]:
+    """The provenance of an SFT export: its start's stages, then the tasks the kept demonstrations played
+    (one training set per split they came from)."""
+    def split_of(r: dict[str, Any]) -> str:
+        return str(r.get("split") or recipe.demos.split)
+
+    return inherited_stages(recipe.model.get("path")) + [
+        training_set_of("sft", recipe.env.id, recipe.env.kwargs, sp, [r["task_id"] for r in records if split_of(r) == sp],
+                        demos_sha256=demos_sha256) for sp in sorted({split_of(r) for r in records})]
+
+
 def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, echo: Any = print) -> dict[str, Any]:
     """Run the stages of the module docstring; returns the summary also written to ``sft_meta.json``."""
     import torch
@@ -369,14 +396,8 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     # 1. demonstrations
     demos_path = Path(recipe.demos.path) if recipe.demos.path else out / "demos.jsonl"
     if not recipe.demos.path and not (resume and demos_path.exists()):
-        mem = int(recipe.policy.get("memory_k", 2))
         echo(f"collecting demonstrations: {recipe.demos.agent} on {recipe.env.id} split {recipe.demos.split}")
-        records = collect_demos(recipe.env.id, recipe.demos.agent, split=recipe.demos.split, n=recipe.demos.n,
-                                env_kwargs={k: v for k, v in recipe.env.kwargs.items() if k != "split"},
-                                template=recipe.policy.get("template"), memory_k=mem, seed=recipe.demos.seed,
-                                episodes_per_task=recipe.demos.episodes_per_task,
-                                only_won=not recipe.demos.keep_lost, progress=progress)
-        write_demos(records, demos_path)
+        write_demos(collect_recipe_demos(recipe, progress=progress), demos_path)
     records = read_demos(demos_path)
     bad = [r["env_id"] for r in records if r["env_id"] != recipe.env.id]
     if bad:
@@ -499,9 +520,12 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         "loss_curve": losses, "template": template.name, "template_tags": list(template_tags(template)),
     }
 
+    provenance = sft_provenance(recipe, records, meta["demos"]["sha256"])  # what the model was shown, by content
+
     def write(d: Path) -> None:
         policy.save_pretrained(d)
         (d / META_FILE).write_text(json.dumps({**meta, "times": times}, indent=1, sort_keys=True))
+        write_provenance(d, provenance)
 
     save_model_atomic(export, write)
     t = _stage(times, "export_s", t)

@@ -78,12 +78,14 @@ from stratagym.training.rollout import (
 )
 from stratagym.training.rollout.dynamic import collect_informative
 from stratagym.errors import ConfigError
+from stratagym.provenance import inherited_stages
 from stratagym.training.metrics_log import MetricsLog
 from stratagym.training.recipe import (  # noqa: F401  (build_policy, seed_everything: re-exported)
     build_policy,
     check_estimator_metadata,
     refuse_eval_split,
     seed_everything,
+    training_set_of,
 )
 
 __all__ = ["Trainer", "build_policy", "seed_everything", "check_estimator_metadata"]
@@ -141,6 +143,9 @@ class Trainer(TrainerUpdate):
         self.reference = self.policy.frozen_copy() if config.loss.kl_coef > 0 else None
         self.rng = np.random.default_rng(tc.seed)
         self.step = 0
+        #: every task drawn for training so far (the checkpoint's provenance, stratagym.provenance): each
+        #: process draws the same indexes from ``self.rng`` and plays its slice, so process 0 sees them all
+        self._trained_tasks: set[str] = set()
         self._setup_optimizer()
         self.critic: Any = None
         self.critic_optimizer: Optional[torch.optim.Optimizer] = None
@@ -260,6 +265,8 @@ class Trainer(TrainerUpdate):
         self.estimator.load_state_dict(state.get("estimator", {}))
         restore_rng_state(data["rng_tensors"], state["rng"], self.rng)
         self.step = int(state["step"])
+        # a checkpoint written before runs recorded their tasks: every task of the pool may have been drawn
+        self._trained_tasks = set(state["trained_tasks"]) if "trained_tasks" in state else set(self._task_ids)
         self._decorrelate_processes()
         self.hooks.after_optimizer_step()
         self.log.truncate_after(self.step)
@@ -270,13 +277,20 @@ class Trainer(TrainerUpdate):
         self.accelerator.wait_for_everyone()
         path = None
         if self.accelerator.is_main_process:
-            state = {"estimator": self.estimator.state_dict(), "config": self.config.to_dict()}
+            state = {"estimator": self.estimator.state_dict(), "config": self.config.to_dict(),
+                     "trained_tasks": sorted(self._trained_tasks)}
             path = save_checkpoint(self.output_dir, self.step, policy=self.policy, optimizer=self.optimizer,
                                    scheduler=self.scheduler, state=state, np_generator=self.rng,
                                    keep_last=self.config.train.keep_last, critic=self.critic,
-                                   critic_optimizer=self.critic_optimizer)
+                                   critic_optimizer=self.critic_optimizer, provenance=self.provenance())
         self.accelerator.wait_for_everyone()
         return path
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """The policy's training sets: those of the checkpoint it started from, then the tasks this run drew."""
+        env = self.config.env
+        return inherited_stages(self.config.policy.get("model")) + [
+            training_set_of("rl", env.id, dict(env.kwargs), env.kwargs.get("split"), self._trained_tasks)]
 
     # ---- one step ------------------------------------------------------------------------------------------
     def _sample_tasks(self) -> tuple[list[str], list[int]]:
@@ -284,6 +298,7 @@ class Trainer(TrainerUpdate):
         n = n_local * self.accelerator.num_processes
         ids = self._task_ids
         idx = self.rng.choice(len(ids), size=n, replace=n > len(ids))
+        self._trained_tasks.update(ids[i] for i in idx)
         seeds = self.rng.integers(0, 2**31 - 1, size=n)
         r = self.accelerator.process_index
         sl = slice(r * n_local, (r + 1) * n_local)

@@ -15,6 +15,7 @@ import yaml
 from stratagym.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from stratagym.training.config import RecipeConfig, load_recipe
 from stratagym.envs.core import ConfigError
+from stratagym.provenance import read_provenance, write_provenance
 from tests.helpers import wait_for_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,6 +207,8 @@ def test_lora_rl_from_a_saved_adapter_keeps_it_as_kl_reference_and_resumes(tmp_p
         for p in sft.parameters():
             p.add_(0.02)
     sft.save_pretrained(tmp_path / "sft")
+    start = [{"stage": "sft", "env_id": RESUME_ENV, "split": "train", "task_ids": ["sqa-train-00001"]}]
+    write_provenance(tmp_path / "sft", start)
 
     def run(out: Path, *, steps: int, resume: bool = False) -> list[dict]:
         p = tmp_path / f"{out.name}.yaml"
@@ -230,3 +233,10 @@ def test_lora_rl_from_a_saved_adapter_keeps_it_as_kl_reference_and_resumes(tmp_p
     assert whole[1]["loss/kl"] > 1e-6  # the adapter moved away from it
     run(tmp_path / "cut", steps=1)
     assert run(tmp_path / "cut", steps=1, resume=True) == whole
+    # the provenance (issue 50 item 5): the start's stages, then every task drawn, across the resume too
+    sets = {name: read_provenance(tmp_path / name / "checkpoints" / "step-00000002" / "policy")["training_sets"]
+            for name in ("whole", "cut")}
+    assert sets["whole"] == sets["cut"] and sets["whole"][0] == start[0]
+    rl = sets["whole"][1]
+    assert rl["stage"] == "rl" and rl["split"] is None and 1 <= len(rl["task_ids"]) <= 4  # 2 steps x 2 tasks
+    assert all(t.startswith("sqa-train-") for t in rl["task_ids"])

@@ -22,7 +22,8 @@ from stratagym.agents.prompts import SEARCH_R1, THINK_ACTION
 from stratagym.agents.small_lm import (build_model, check_tokenizer_for_template, save_model_atomic, template_tags,
                                        train_tokenizer)
 from stratagym.errors import ConfigError
-from stratagym.training.demos import collect_demos, write_demos
+from stratagym.provenance import read_provenance
+from stratagym.training.demos import collect_demos, read_demos, write_demos
 from stratagym.training.sft import build_examples, complete_checkpoints, load_sft_recipe, run_sft
 
 ENV = "stratagym/SearchQA-v0"
@@ -139,10 +140,26 @@ def test_export_loads_in_policy_trainer_and_eval(trained):
     finally:
         trainer.close()
     assert rows[-1]["step"] == 1
+    # the RL policy's provenance: the SFT stage it started from, then the one task it drew (issue 50 item 5)
+    sft_sets = read_provenance(export)["training_sets"]
+    rl_sets = read_provenance(tmp / "rl" / "checkpoints" / "step-00000001" / "policy")["training_sets"]
+    assert rl_sets[:-1] == sft_sets and rl_sets[-1]["stage"] == "rl" and rl_sets[-1]["split"] == "train"
+    assert len(rl_sets[-1]["task_ids"]) == 1 and rl_sets[-1]["task_ids"][0].startswith("sqa-train-")
     from stratagym.training.sft import evaluate_checkpoint
 
     ev = evaluate_checkpoint(export, ENV, {**KW, "split": "test"}, n=2, batch_size=2)
     assert ev["n"] == 2 and all(t.startswith("sqa-test-") for t in ev["task_ids"])
+
+
+def test_export_names_the_tasks_its_demonstrations_played(trained, demos_file):
+    """provenance.json (issue 50 item 5): the SFT stage's tasks are exactly the demonstrations' tasks, with
+    the demonstration file's sha256 and the env's data kwargs (the bundled data: nothing to hash)."""
+    tmp, meta = trained
+    (ts,) = read_provenance(tmp / "run" / "final")["training_sets"]
+    demo_tasks = sorted({r["task_id"] for r in read_demos(demos_file)})
+    assert ts["stage"] == "sft" and ts["env_id"] == ENV and ts["split"] == "train"
+    assert ts["task_ids"] == demo_tasks and len(demo_tasks) == 16
+    assert ts["demos_sha256"] == meta["demos"]["sha256"] and ts["data_kwargs"] == {} and ts["data_sha256"] == {}
 
 
 def test_rebuild_is_deterministic_and_resume_continues(tmp_path, trained, demos_file):

@@ -34,6 +34,8 @@ ENV_SPECS = [
         data_kwargs=("dataset", "corpus", "index", "retrieval_urls", "dense_model"),
         reward="exact_match (stratagym.metrics.exact_match, Search-R1's normalisation)",
         board_columns=("f1", "search_count", "em/no_overlap"),
+        # a checkpoint with provenance is measured against the questions it trained on, not the train split
+        training_overlap="stratagym.envs.search_qa.overlap:training_overlap",
         agents={
             "oracle": "stratagym.envs.search_qa.agents:OracleAgent",
             "no_search": "stratagym.envs.search_qa.agents:NoSearchAgent",

@@ -12,6 +12,8 @@ import typer
 
 from stratagym.cli_support import command_group
 from stratagym.display import print_table
+from stratagym.errors import ConfigError
+from stratagym.provenance import PROVENANCE_FILE, read_provenance, training_sets_for
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -32,10 +34,14 @@ def envs_audit(
     threshold: float = typer.Option(0.8, "--threshold", min=0.0, max=1.0,
                                     help="IDF-weighted token-set Jaccard at or above which two questions are near-duplicates."),
     as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON instead of a table."),
+    checkpoint: Optional[Path] = typer.Option(
+        None, "--checkpoint", help="Compare with the questions this checkpoint trained on (its provenance.json: "
+        "SFT demonstrations and RL tasks), instead of the dataset's train split."),
 ) -> None:
     """Train/test overlap of a QA dataset: per eval split, the share of questions whose gold answer is a
     train answer, whose supporting passages all support train questions, and that near-duplicate a train
-    question (see stratagym.envs.search_qa.overlap), and of those overlapping in any of the three ways."""
+    question (see stratagym.envs.search_qa.overlap), and of those overlapping in any of the three ways.
+    With --checkpoint, "train" means exactly what that checkpoint was trained on."""
     import json
 
     from rich.console import Console
@@ -44,7 +50,13 @@ def envs_audit(
 
     if threshold <= 0:
         raise typer.BadParameter("--threshold must be > 0")
-    results = audit_dataset(dataset, split or None, train_split=train_split, threshold=threshold)
+    sets = None
+    against = f"split {train_split!r}"
+    if checkpoint is not None:
+        sets = _training_sets(checkpoint)
+        n_tasks = sum(len(s["task_ids"]) for s in sets)
+        against = f"the {n_tasks} questions {checkpoint} trained on ({', '.join(s['stage'] for s in sets)})"
+    results = audit_dataset(dataset, split or None, train_split=train_split, threshold=threshold, training_sets=sets)
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
         return
@@ -54,9 +66,21 @@ def envs_audit(
 
     rows = [[r.split, str(r.n), share(r.answer, r.n), share(r.passages, r.passages_known), share(r.question, r.n),
              share(r.any, r.n)] for r in results]
-    print_table(Console(), f"train/test overlap of {dataset} (against split {train_split!r})",
+    print_table(Console(), f"train/test overlap of {dataset} (against {against})",
                 ["split", "questions", "answer in train", "passages all in train", "near-dup question",
                  "any overlap"], rows)
+
+
+def _training_sets(checkpoint: Path) -> list[dict[str, Any]]:
+    """The SearchQA training sets a checkpoint's provenance names; a ConfigError with the fix when none."""
+    if not checkpoint.is_dir():
+        raise ConfigError(f"--checkpoint {checkpoint}: not a checkpoint folder")
+    sets = training_sets_for(read_provenance(checkpoint), "stratagym/SearchQA-v0")
+    if not sets:
+        raise ConfigError(f"--checkpoint {checkpoint} has no {PROVENANCE_FILE} naming SearchQA training data "
+                          "(checkpoints trained before provenance existed have none); audit against the dataset's "
+                          "train split by leaving --checkpoint out")
+    return sets
 
 
 def _print_manifest(path: Path, headline: str) -> None:

@@ -32,16 +32,17 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from stratagym.envs.search_qa.data import BUNDLED_SPLITS, QAExample, _resolve_qa_path, load_qa
 from stratagym.errors import ConfigError
 from stratagym.metrics import normalize_answer
+from stratagym.provenance import TrainingDataMissing, data_digests, split_files
 
 __all__ = ["NEAR_DUPLICATE_JACCARD", "OverlapFlags", "SplitAudit", "overlap_flags", "audit_dataset",
-           "train_source", "eval_splits", "episode_overlap"]
+           "train_source", "eval_splits", "episode_overlap", "training_examples", "training_overlap"]
 
 #: Token-set Jaccard similarity at or above which two questions are near-duplicates.
 NEAR_DUPLICATE_JACCARD = 0.8
@@ -81,6 +82,12 @@ class SplitAudit:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @classmethod
+    def of(cls, split: str, flags: OverlapFlags) -> "SplitAudit":
+        return cls(split=split, n=len(flags.ids), answer=int(flags.answer.sum()), passages=int(flags.passages.sum()),
+                   passages_known=int(flags.passages_known.sum()), question=int(flags.question.sum()),
+                   any=int(flags.any.sum()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,8 +242,11 @@ def eval_splits(dataset: str | os.PathLike, train_split: str = "train") -> list[
 
 
 def audit_dataset(dataset: str | os.PathLike = "bundled", splits: Sequence[str] | None = None, *,
-                  train_split: str = "train", threshold: float = NEAR_DUPLICATE_JACCARD) -> list[SplitAudit]:
-    """Overlap counts of each evaluation split of ``dataset`` against its train split.
+                  train_split: str = "train", threshold: float = NEAR_DUPLICATE_JACCARD,
+                  training_sets: Sequence[Mapping[str, Any]] | None = None) -> list[SplitAudit]:
+    """Overlap counts of each evaluation split of ``dataset`` against its train split, or, given
+    ``training_sets`` (a checkpoint's provenance, :mod:`stratagym.provenance`), against exactly the
+    questions those sets trained on.
 
     Raises :class:`ConfigError` (with the fix) when the dataset has no train split to compare with.
     """
@@ -244,19 +254,62 @@ def audit_dataset(dataset: str | os.PathLike = "bundled", splits: Sequence[str] 
     if not splits:
         raise ConfigError(f"{dataset} has no evaluation split besides {train_split!r}; pass --split NAME")
     out = []
+    trained = training_examples(training_sets) if training_sets else None
     for split in splits:
         _resolve_qa_path(dataset, split)  # a missing file or split: its own message
+        if trained is not None:
+            flags = overlap_flags(load_qa(dataset, split), trained, threshold=threshold)
+            out.append(SplitAudit.of(split, flags))
+            continue
         src = train_source(dataset, split, train_split)
         if src is None:
             raise ConfigError(
                 f"cannot audit split {split!r} of {dataset}: no {train_split!r} split to compare it with "
                 f"(looked for {train_split}.jsonl / .parquet beside it). Pass a directory holding both, or "
                 "--train-split NAME")
-        flags = _cached_flags(str(dataset), split, *src, float(threshold))
-        out.append(SplitAudit(split=split, n=len(flags.ids), answer=int(flags.answer.sum()),
-                              passages=int(flags.passages.sum()), passages_known=int(flags.passages_known.sum()),
-                              question=int(flags.question.sum()), any=int(flags.any.sum())))
+        out.append(SplitAudit.of(split, _cached_flags(str(dataset), split, *src, float(threshold))))
     return out
+
+
+def training_examples(training_sets: Sequence[Mapping[str, Any]]) -> list[QAExample]:
+    """The questions a model trained on: for each training set (``dataset`` from its ``data_kwargs``,
+    ``"bundled"`` where it names none; its ``split``; its ``task_ids``), the examples with those ids.
+
+    Data that is not on this machine is :class:`~stratagym.provenance.TrainingDataMissing`; a set whose split
+    file no longer hashes to its recorded ``data_sha256``, or that names ids the split lacks, is a
+    :class:`ConfigError`: overlap against other questions than the trained ones would be wrong without a sign."""
+    out: list[QAExample] = []
+    seen: set[tuple[str, str]] = set()
+    for ts in training_sets:
+        dataset = str((ts.get("data_kwargs") or {}).get("dataset", "bundled"))
+        split = str(ts.get("split") or "train")  # None: the env's default split, which is train
+        if dataset != "bundled" and not split_files(dataset, split):
+            raise TrainingDataMissing(f"the training data {dataset} (split {split!r}) is not on this machine; build it "
+                                      "(generated worlds: python scripts/make_search_qa_worlds.py)")
+        path = _resolve_qa_path(dataset, split)
+        recorded = (ts.get("data_sha256") or {}).get("dataset")
+        if recorded and data_digests({"dataset": dataset}, split).get("dataset") != recorded:
+            raise ConfigError(f"the training set {split!r} of {dataset} changed since the checkpoint trained on it "
+                              f"({path} no longer hashes to its provenance's data_sha256); regenerate the data as "
+                              "it was (e.g. scripts/make_search_qa_worlds.py) before measuring overlap")
+        by_id = {ex.id: ex for ex in load_qa(dataset, split)}
+        missing = [t for t in ts["task_ids"] if t not in by_id]
+        if missing:
+            raise ConfigError(f"the provenance names {len(missing)} task(s) that split {split!r} of {dataset} lacks "
+                              f"(first: {missing[0]!r}); point the checkpoint's provenance at the data it trained on")
+        for t in ts["task_ids"]:
+            if (str(path), t) not in seen:
+                seen.add((str(path), t))
+                out.append(by_id[t])
+    return out
+
+
+def training_overlap(env_kwargs: Mapping[str, Any], split: str,
+                     training_sets: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
+    """``task_id -> overlaps`` for an eval split, against the questions of a checkpoint's training sets
+    (the eval harness's hook for SearchQA, registered as the env's ``training_overlap``)."""
+    dataset = str(env_kwargs.get("dataset", "bundled"))
+    return overlap_flags(load_qa(dataset, split), training_examples(training_sets)).by_id()
 
 
 def episode_overlap(dataset: str, split: str, *, train_split: str = "train") -> dict[str, bool] | None:
