@@ -104,14 +104,23 @@ def test_corridor_adapter_keeps_the_format_and_reproduces_its_greedy_doors(smoll
 # ---- the WebShop adapter: SmolLM2 cloned from the instruction-only expert (issue 48 item 2) ------------------------
 
 WEBSHOP_ADAPTER = REPO / "data" / "checkpoints" / "sft-smollm2-lora-webshop"
-# goal -> (search, product, score, failure label), greedy, bf16, from the 100-goal evaluation this adapter was
-# committed with (docs/llm-learning.md, "WebShop"): the first test goal loops on two option clicks to the turn
-# limit, the second is bought exactly. The eval ran 50 goals a batch, this test 2: in bf16 the order of the loop's
-# near-tied clicks (coconut / 16 fl oz) changes with the batch's padding (measured), so the pin stops at the
-# choices that are not near ties and at the outcome.
-WEBSHOP_EXPECTED: dict[str, tuple[str, str, float, str]] = {
-    "webshop-0": ("search[shampoo that is volumizing and sulfate free with scent lavender]", "click[b0wu9tahea]", 0.0, "loop"),
-    "webshop-1": ("search[face serum that is oil free, and price lower than 70.00 dollars]", "click[b0i0rd7eqx]", 1.0, "won"),
+# goal -> (search, product, score, failure label), greedy, by compute dtype. bf16 (the adapter's recorded dtype):
+# from the 100-goal evaluation this adapter was committed with (docs/llm-learning.md, "WebShop"): the first test
+# goal loops on two option clicks to the turn limit, the second is bought exactly. The eval ran 50 goals a batch,
+# this test 2: in bf16 the order of the loop's near-tied clicks (coconut / 16 fl oz) changes with the batch's
+# padding (measured), so the pin stops at the choices that are not near ties and at the outcome. float32: the
+# same two goals replayed in fp32 on 2026-12-02 (the second search stops before the price clause; same product,
+# same outcomes). The test replays bf16 where the CPU computes it natively and fp32 elsewhere: emulated bf16
+# made this one test run 30+ minutes on an AVX2-only machine, past CI's budget for the whole suite.
+WEBSHOP_EXPECTED: dict[str, dict[str, tuple[str, str, float, str]]] = {
+    "bfloat16": {
+        "webshop-0": ("search[shampoo that is volumizing and sulfate free with scent lavender]", "click[b0wu9tahea]", 0.0, "loop"),
+        "webshop-1": ("search[face serum that is oil free, and price lower than 70.00 dollars]", "click[b0i0rd7eqx]", 1.0, "won"),
+    },
+    "float32": {
+        "webshop-0": ("search[shampoo that is volumizing and sulfate free with scent lavender]", "click[b0wu9tahea]", 0.0, "loop"),
+        "webshop-1": ("search[face serum that is oil free]", "click[b0i0rd7eqx]", 1.0, "won"),
+    },
 }
 
 
@@ -125,19 +134,21 @@ def test_webshop_adapter_names_its_recipe_and_generates_long_enough_replies():
 
 
 @pytest.mark.slow
-def test_webshop_adapter_reproduces_its_greedy_purchases(smollm2_model, tmp_path, monkeypatch):
+def test_webshop_adapter_reproduces_its_greedy_purchases(smollm2_model, tmp_path):
     from stratagym.eval.failures import classify_episode
     from stratagym.eval.harness import EvalConfig, evaluate
     from stratagym.eval.transcripts import read_transcripts
+    from stratagym.precision import cpu_bf16_isa
 
-    monkeypatch.setenv("STRATAGYM_CPU_BF16", "1")  # its recorded dtype, also on a CPU without a bf16 unit (slower)
+    dtype = "bfloat16" if cpu_bf16_isa() else "float32"  # see WEBSHOP_EXPECTED
+    expected = WEBSHOP_EXPECTED[dtype]
     adapter = adapter_on_base(WEBSHOP_ADAPTER, smollm2_model, tmp_path)
     out = tmp_path / "webshop.json"
-    record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/WebShop-v0", split="test", n=len(WEBSHOP_EXPECTED),
-                                 batch_size=len(WEBSHOP_EXPECTED)), out=out, progress=False)
+    record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/WebShop-v0", split="test", n=len(expected),
+                                 batch_size=len(expected), agent_options={"dtype": dtype}), out=out, progress=False)
     _, transcripts = read_transcripts(str(out) + ".progress.jsonl")
     outcomes = {e["task_id"]: e for e in record["episodes"]}
     got = {task: (t["steps"][0]["action"], t["steps"][1]["action"], round(outcomes[task]["total_reward"], 4),
                   classify_episode(outcomes[task], t)) for (_, task), t in transcripts.items()}
-    assert got == WEBSHOP_EXPECTED
-    assert record["agent"]["dtype"] == "bfloat16"
+    assert got == expected
+    assert record["agent"]["dtype"] == dtype
