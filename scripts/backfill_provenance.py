@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write ``provenance.json`` (stratagym.provenance) into the committed checkpoints trained before it existed.
+"""Write ``training_data.json`` (stratagym.provenance) into the committed checkpoints trained before it existed.
 
 * **SFT checkpoints** whose recipe collected its own demonstrations: the recipe in ``sft_meta.json`` collects
   them again (collection is deterministic), and the provenance is written only if the new file hashes to
@@ -10,7 +10,7 @@
   pool the recipe drew from (``env.tasks`` of its split), a superset, so overlap is counted on at least
   every question trained on; the entry says so in its ``note``.
 
-The content hash of a checkpoint leaves ``provenance.json`` out, so committed records keep their
+The content hash of a checkpoint leaves ``training_data.json`` out, so committed records keep their
 ``agent.content_hash``. Needs the 13-world data (``python scripts/make_search_qa_worlds.py``). Usage::
 
     python scripts/backfill_provenance.py            # every checkpoint below; --check only compares

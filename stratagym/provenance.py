@@ -3,7 +3,7 @@
 Train/test overlap (``em/overlap``, ``em/no_overlap``) only means something against the data a model really
 trained on. Measured against a dataset's bundled train split it can be wrong both ways: a model trained on
 13 invented worlds saw none of the bundled train questions, and an SFT run on 800 demonstrations saw 800
-questions, not the whole split. So every checkpoint that stratagym trains carries ``provenance.json``:
+questions, not the whole split. So every checkpoint that stratagym trains carries ``training_data.json``:
 
 * one **training set** per stage that showed the model tasks: SFT demonstrations (the tasks the kept
   demonstrations played, and the demonstration file's sha256) and RL (the tasks the trainer drew);
@@ -12,10 +12,11 @@ questions, not the whole split. So every checkpoint that stratagym trains carrie
 * an RL run or a second SFT stage started from a checkpoint with provenance inherits its stages, so the
   list is the model's whole training history.
 
-``provenance.json`` is left out of a checkpoint's content hash (:func:`stratagym.eval.records.content_hash_path`):
+``training_data.json`` is left out of a checkpoint's content hash (:func:`stratagym.eval.records.content_hash_path`):
 it describes the weights without changing them, so provenance can be added to checkpoints committed before
 it existed without moving their records' ``agent.content_hash``. Its own sha256 goes into every eval record
-that used it.
+that used it. (Where the base weights came from is another file: ``stratagym_provenance.json``, written by
+``stratagym models import``.)
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
 
-__all__ = ["PROVENANCE_FILE", "SCHEMA", "TrainingDataMissing", "training_set", "write_provenance", "read_provenance",
+__all__ = ["TRAINING_DATA_FILE", "SCHEMA", "TrainingDataMissing", "training_set", "write_provenance", "read_provenance",
            "provenance_digest", "training_sets_for", "inherited_stages", "file_sha256", "split_files",
            "data_digests"]
 
-PROVENANCE_FILE = "provenance.json"
+TRAINING_DATA_FILE = "training_data.json"
 SCHEMA = "stratagym.provenance/1"
 
 
@@ -111,18 +112,18 @@ def inherited_stages(start: str | os.PathLike[str] | None) -> list[dict[str, Any
 
 
 def write_provenance(folder: str | os.PathLike[str], training_sets: Sequence[Mapping[str, Any]]) -> Path:
-    """Write ``provenance.json`` into a checkpoint folder (atomically)."""
+    """Write ``training_data.json`` into a checkpoint folder (atomically)."""
     # one line per training set: an RL pool can name tens of thousands of task ids
     lines = ",\n".join(json.dumps(dict(s), sort_keys=True, separators=(",", ":")) for s in training_sets)
     text = f'{{"schema": {json.dumps(SCHEMA)}, "training_sets": [\n{lines}\n]}}\n'
     json.loads(text)  # well-formed by construction; checked before it replaces anything
-    return atomic_write(Path(folder) / PROVENANCE_FILE, text)
+    return atomic_write(Path(folder) / TRAINING_DATA_FILE, text)
 
 
 def read_provenance(checkpoint: str | os.PathLike[str]) -> dict[str, Any] | None:
     """A checkpoint folder's provenance, or None where it has none. A file that is there but unreadable is
     a :class:`ConfigError` (a result measured against a broken provenance would be wrong silently)."""
-    path = Path(checkpoint) / PROVENANCE_FILE if Path(checkpoint).is_dir() else Path(checkpoint)
+    path = Path(checkpoint) / TRAINING_DATA_FILE if Path(checkpoint).is_dir() else Path(checkpoint)
     if not path.is_file():
         return None
     try:

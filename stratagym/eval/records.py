@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 from stratagym.atomic import write_json_atomic  # re-exported: records are written with it
 from stratagym.errors import UserError
-from stratagym.provenance import PROVENANCE_FILE
+from stratagym.provenance import TRAINING_DATA_FILE
 
 __all__ = [
     "SCHEMA",
@@ -107,13 +107,13 @@ def content_hash_path(path: str | os.PathLike[str]) -> str:
     """sha256 over a file, or over a folder's files (relative path + size + bytes, in sorted order).
 
     Identifies a checkpoint by what it contains, not by where it lives; hidden files and ``__pycache__``
-    are skipped, and so is a top-level ``provenance.json`` (:mod:`stratagym.provenance`: it describes the
+    are skipped, and so is a top-level ``training_data.json`` (:mod:`stratagym.provenance`: it describes the
     weights' training data without changing them, and records name its own digest).
     """
     root = Path(path)
     h = hashlib.sha256()
     files = [root] if root.is_file() else sorted(
-        p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() != PROVENANCE_FILE
+        p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() != TRAINING_DATA_FILE
         and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts)
     )
     for f in files:

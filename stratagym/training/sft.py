@@ -19,7 +19,7 @@ output when resuming:
    :meth:`LLMPolicy.save_pretrained` into a temporary folder and moved into place only when complete.
    ``stratagym train`` (``policy.model: <folder>``) and ``stratagym eval <folder>`` load it unchanged;
    ``sft_meta.json`` in it records the recipe, the demonstrations' sha256, steps, loss and wall times;
-   ``provenance.json`` names the tasks the demonstrations played (:mod:`stratagym.provenance`), after the
+   ``training_data.json`` names the tasks the demonstrations played (:mod:`stratagym.provenance`), after the
    stages of the checkpoint it started from, so evals measure train/test overlap against them;
 5. **eval** -- greedy primary metric on ``eval.n`` tasks of the eval split (``env.eval_kwargs``), played
    through the rollout loop the trainer uses.

@@ -49,7 +49,7 @@ def test_envs_audit_takes_a_checkpoints_training_set(capsys, tmp_path, dataset):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     code, text = run_main(capsys, "envs", "audit", str(dataset), "--checkpoint", str(ckpt))
-    assert code == 2 and "has no provenance.json naming SearchQA training data" in text and "Traceback" not in text
+    assert code == 2 and "has no training_data.json naming SearchQA training data" in text and "Traceback" not in text
     write_provenance(ckpt, [_sft_set(dataset, ["t2"])])
     code, text = run_main(capsys, "envs", "audit", str(dataset), "--checkpoint", str(ckpt), "--json")
     assert code == 0, text

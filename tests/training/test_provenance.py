@@ -10,7 +10,7 @@ import pytest
 
 from stratagym.errors import ConfigError
 from stratagym.eval.records import content_hash_path
-from stratagym.provenance import (PROVENANCE_FILE, provenance_digest, read_provenance, training_set,
+from stratagym.provenance import (TRAINING_DATA_FILE, provenance_digest, read_provenance, training_set,
                                   training_sets_for, write_provenance)
 
 ENV = "stratagym/SearchQA-v0"
@@ -61,9 +61,9 @@ def test_provenance_round_trips_and_stays_out_of_the_content_hash(tmp_path, data
     assert prov["schema"] == "stratagym.provenance/1" and training_sets_for(prov, ENV)[0]["task_ids"] == ["t1"]
     assert training_sets_for(prov, "stratagym/WebShop-v0") == [] and read_provenance(tmp_path) is None
     assert len(provenance_digest(prov)) == 64
-    (ckpt / PROVENANCE_FILE).write_text("{not json")
+    (ckpt / TRAINING_DATA_FILE).write_text("{not json")
     with pytest.raises(ConfigError, match="not a readable provenance file"):
         read_provenance(ckpt)
-    (ckpt / PROVENANCE_FILE).write_text(json.dumps({"schema": "stratagym.provenance/1", "training_sets": [{}]}))
+    (ckpt / TRAINING_DATA_FILE).write_text(json.dumps({"schema": "stratagym.provenance/1", "training_sets": [{}]}))
     with pytest.raises(ConfigError, match="entries name env_id and task_ids"):
         read_provenance(ckpt)

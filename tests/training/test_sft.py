@@ -152,7 +152,7 @@ def test_export_loads_in_policy_trainer_and_eval(trained):
 
 
 def test_export_names_the_tasks_its_demonstrations_played(trained, demos_file):
-    """provenance.json (issue 50 item 5): the SFT stage's tasks are exactly the demonstrations' tasks, with
+    """training_data.json (issue 50 item 5): the SFT stage's tasks are exactly the demonstrations' tasks, with
     the demonstration file's sha256 and the env's data kwargs (the bundled data: nothing to hash)."""
     tmp, meta = trained
     (ts,) = read_provenance(tmp / "run" / "final")["training_sets"]

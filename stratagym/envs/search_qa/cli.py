@@ -13,7 +13,7 @@ import typer
 from stratagym.cli_support import command_group
 from stratagym.display import print_table
 from stratagym.errors import ConfigError
-from stratagym.provenance import PROVENANCE_FILE, read_provenance, training_sets_for
+from stratagym.provenance import TRAINING_DATA_FILE, read_provenance, training_sets_for
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -35,7 +35,7 @@ def envs_audit(
                                     help="IDF-weighted token-set Jaccard at or above which two questions are near-duplicates."),
     as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON instead of a table."),
     checkpoint: Optional[Path] = typer.Option(
-        None, "--checkpoint", help="Compare with the questions this checkpoint trained on (its provenance.json: "
+        None, "--checkpoint", help="Compare with the questions this checkpoint trained on (its training_data.json: "
         "SFT demonstrations and RL tasks), instead of the dataset's train split."),
 ) -> None:
     """Train/test overlap of a QA dataset: per eval split, the share of questions whose gold answer is a
@@ -77,7 +77,7 @@ def _training_sets(checkpoint: Path) -> list[dict[str, Any]]:
         raise ConfigError(f"--checkpoint {checkpoint}: not a checkpoint folder")
     sets = training_sets_for(read_provenance(checkpoint), "stratagym/SearchQA-v0")
     if not sets:
-        raise ConfigError(f"--checkpoint {checkpoint} has no {PROVENANCE_FILE} naming SearchQA training data "
+        raise ConfigError(f"--checkpoint {checkpoint} has no {TRAINING_DATA_FILE} naming SearchQA training data "
                           "(checkpoints trained before provenance existed have none); audit against the dataset's "
                           "train split by leaving --checkpoint out")
     return sets
