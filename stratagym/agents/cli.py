@@ -1,4 +1,5 @@
-"""``stratagym models import [SOURCE]``: bring a pretrained GGUF model into stratagym's cache (a CLI plug-in).
+"""``stratagym models import [SOURCE]``: bring a pretrained GGUF model into stratagym's cache, and
+``stratagym check-template MODEL``: audit a chat template for append-only rendering (a CLI plug-in).
 
 The logic is :mod:`stratagym.agents.model_import`; this module only parses options and prints. Progress
 and notes go to stderr and the folder alone to stdout, so ``MODEL=$(stratagym models import)`` gives a
@@ -16,6 +17,7 @@ from stratagym.cli_support import command_group
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
+    app.command("check-template")(check_template)
     models_app = command_group(app, groups, "models",
                                "Bring pretrained models into stratagym's cache (GGUF -> save_pretrained folder).")
 
@@ -50,3 +52,47 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         else:
             note(f"already imported ({prov.get('gguf_file')}, sha256 {str(prov.get('gguf_sha256'))[:12]}...); --force imports it again")
         typer.echo(str(result.path))
+
+
+def check_template(
+    model: Path = typer.Argument(..., help="A model or adapter folder with a tokenizer (its chat template is checked "
+                                 "unless --template names others)."),
+    template: list[str] = typer.Option([], "--template", "-t", help="A .jinja file, or trl:NAME for a template TRL "
+                                       "ships (trl:qwen2_5, trl:qwen3, ...); repeatable. Rendered with MODEL's tokenizer."),
+    stop: Optional[str] = typer.Option(None, "--stop", help="The text a sampled turn ends with (default: the "
+                                       "tokenizer's eos token)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the audits as JSON."),
+) -> None:
+    """Does the chat template extend what was sampled, token for token? For every assistant turn of
+    synthetic plain, tool-calling and thinking conversations, compare the prompt + sampled reply with the
+    next request's rendering, and report the append-only share and where the two part
+    (stratagym.agents.template_audit; docs/gateway.md)."""
+    import json
+
+    from rich.console import Console
+
+    from stratagym.agents.template_audit import audit_template, load_chat_template  # lazy: transformers
+    from stratagym.display import print_table
+    from stratagym.errors import ConfigError
+
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{model}: no tokenizer could be loaded ({exc}); pass a model or adapter folder") from None
+    specs = [load_chat_template(t) for t in template] or [("the model's own", None)]
+    audits = [audit_template(tokenizer, text, name=name, stop=stop) for name, text in specs]
+    if as_json:
+        typer.echo(json.dumps([a.to_dict() for a in audits], indent=1))
+        return
+    console = Console()
+    for audit in audits:
+        rows = []
+        for kind, checks in audit.by_conversation().items():
+            bad = next((c for c in checks if not c.append_only), None)
+            where = "-" if bad is None else (f"turn {bad.turn}, token {bad.first_diff}: sampled {bad.sampled!r} "
+                                             f"vs next request {bad.rendered!r}")
+            rows.append([kind, f"{sum(c.append_only for c in checks)}/{len(checks)}", where])
+        print_table(console, f"{audit.template} on {model}: append-only {audit.share():.0%} of turns",
+                    ["conversation", "append-only turns", "first departure"], rows)
