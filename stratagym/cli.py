@@ -38,6 +38,7 @@ GROUPS: dict[str, typer.Typer] = {"envs": envs_app, "serve": serve_app}
 #: its ``EnvSpec.cli``, so a new family needs no line here); a module that does not exist is skipped.
 CLI_PLUGINS = (
     "stratagym.interop.mcp.cli",
+    "stratagym.agents.gateway.cli",
     "stratagym.agents.cli",
     "stratagym.training.cli",
     "stratagym.training.sft_cli",

@@ -19,7 +19,8 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["JSON_CSP", "LoopbackServer", "SecurityHeaders", "add_flask_security_headers", "serve_in_thread"]
+__all__ = ["JSON_CSP", "LoopbackServer", "SecurityHeaders", "add_flask_security_headers", "safe_validation_error",
+           "serve_in_thread"]
 
 #: Anything that is not an HTML page: nothing may load from it or frame it.
 JSON_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
@@ -137,3 +138,17 @@ def _serve_wsgi(app: Any, host: str, port: int, *, name: str, path: str,
         server.server_close()
 
     return LoopbackServer(stop_serving, thread, host, server.server_port, path=path, on_stop=on_stop)
+
+
+def safe_validation_error(err: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic validation error as JSON-safe data: location, message and type, text made encodable.
+
+    FastAPI's default 422 handler echoes each error's input; NaN, 1e400 or a lone surrogate there makes the
+    422 itself fail to encode (a 500). This says where and what, never the value."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, int) and not isinstance(x, bool):
+            return x
+        return str(x).encode("utf-8", "backslashreplace").decode("utf-8")[:200]
+
+    return {"loc": [clean(p) for p in err.get("loc", ())], "msg": clean(err.get("msg", "invalid")), "type": clean(err.get("type", ""))}

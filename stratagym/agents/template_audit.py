@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from stratagym.envs.tools import format_call
 from stratagym.errors import ConfigError
 
 __all__ = ["CONVERSATIONS", "TOOLS", "TurnCheck", "TemplateAudit", "audit_template", "check_turn",
@@ -159,8 +160,7 @@ def _hermes(calls: Sequence[Mapping[str, Any]]) -> str:
     for call in calls:
         fn = call.get("function", call)
         args = fn.get("arguments", {})
-        args = json.loads(args) if isinstance(args, str) else args
-        parts.append("<tool_call>\n" + json.dumps({"name": fn["name"], "arguments": args}) + "\n</tool_call>")
+        parts.append(format_call(fn["name"], json.loads(args) if isinstance(args, str) else args))
     return "\n".join(parts)
 
 

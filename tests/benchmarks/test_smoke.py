@@ -41,6 +41,9 @@ SMOKE: dict[str, tuple[list[str], str]] = {
                         "--queries", "10", "--workdir", "{tmp}"],
                        r"re-encoded (\d)/3 shards \(reused \d; expected \1\)"),
     # the RL study (hours at its defaults): SFT eval, one worker run of 1 step, the report
+    # the gateway vs the backend in-process on the tiny model: the same sampled ids both ways
+    "gateway.py": (["--model", "tiny", "--turns", "2", "--repeats", "1", "--max-new", "4"],
+                   r"sampled ids identical: True"),
     "llm_learning.py": (["run", "--methods", "grpo", "--seeds", "0", "--steps", "1", "--eval-n", "2", "--jobs", "1",
                          "--out", "{tmp}", "--set", "rollout.group_size=2", "--set", "rollout.tasks_per_step=1",
                          "--set", "rollout.filter_groups=false", "--set", "policy.max_new_tokens=8"],

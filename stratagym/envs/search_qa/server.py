@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
-from stratagym.serving import SecurityHeaders
+from stratagym.serving import SecurityHeaders, safe_validation_error
 
 __all__ = ["create_app", "MicroBatcher", "run_server", "ServerLimits"]
 
@@ -184,7 +184,7 @@ def create_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> A
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's default handler echoes each error's input; NaN, 1e400 or a lone surrogate there makes
         # the 422 itself fail to encode (a 500). Say where and what, never the value.
-        return JSONResponse(status_code=422, content={"detail": [_safe_error(e) for e in exc.errors()]})
+        return JSONResponse(status_code=422, content={"detail": [safe_validation_error(e) for e in exc.errors()]})
 
     @app.post("/retrieve")
     async def retrieve(req: RetrieveRequest) -> JSONResponse:
@@ -213,17 +213,6 @@ def _is_text(s: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _safe_error(err: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic error as JSON-safe data: location, message and type, text made encodable."""
-
-    def clean(x: Any) -> Any:
-        if isinstance(x, int) and not isinstance(x, bool):
-            return x
-        return str(x).encode("utf-8", "backslashreplace").decode("utf-8")[:200]
-
-    return {"loc": [clean(p) for p in err.get("loc", ())], "msg": clean(err.get("msg", "invalid")), "type": clean(err.get("type", ""))}
 
 
 def run_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, limits: ServerLimits = ServerLimits()) -> None:

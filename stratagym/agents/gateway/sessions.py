@@ -1,0 +1,103 @@
+"""What the gateway records: every call of every session, with the token ids and log-probs it sampled.
+
+A session is one run of an agent program (named by the ``X-Session-Id`` header or the API key). Each call
+appends a :class:`CallRecord`: the prompt as rendered and its token ids, the sampled ids with their
+log-probs, the text and the tool calls parsed from it. These are the ids a trainer scores: never the
+program's next rendering of the same text (docs/gateway.md).
+
+Each call after a session's first is also checked **append-only**: does its prompt start with the previous
+call's prompt ids followed by the previous call's sampled ids? (``first_diff`` says where it does not,
+:func:`stratagym.agents.template_audit.first_divergence`.) A run's share of append-only calls is the runtime
+form of ``stratagym check-template``.
+
+With a folder, each session's calls are also appended to ``<folder>/<sha256(session)[:16]>.jsonl`` (the
+session's name inside each line), flushed and fsynced before the response goes out, so a killed gateway
+loses no answered call. Sessions are independent: each has its own lock-free list, the store one lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stratagym.agents.template_audit import first_divergence
+
+__all__ = ["CallRecord", "SessionStore", "session_file"]
+
+
+@dataclass
+class CallRecord:
+    """One model call of one session (``index`` counts from 0 within the session)."""
+
+    session: str
+    index: int
+    endpoint: str  # "chat" | "completions"
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: None for a session's first call; else whether this prompt extends the previous call's prompt + response
+    append_only: bool | None = None
+    first_diff: int | None = None
+    created: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def session_file(folder: Path, session: str) -> Path:
+    """The JSONL file of a session's calls (a hash of its name: any header text is a safe file name)."""
+    return folder / f"{hashlib.sha256(session.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}.jsonl"
+
+
+class SessionStore:
+    """Every call by session, in memory and, given ``folder``, on disk."""
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None):
+        self.folder = Path(folder) if folder is not None else None
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        self._calls: dict[str, list[CallRecord]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, session: str, **fields: Any) -> CallRecord:
+        """Append a call to ``session`` (checked against the session's previous call) and persist it."""
+        with self._lock:
+            calls = self._calls.setdefault(session, [])
+            record = CallRecord(session=session, index=len(calls), created=time.time(), **fields)
+            if calls:
+                prev = calls[-1]
+                at = first_divergence(prev.prompt_ids + prev.response_ids, record.prompt_ids)
+                record.append_only, record.first_diff = at is None, at
+            calls.append(record)
+            if self.folder is not None:
+                line = json.dumps(record.to_dict(), ensure_ascii=False) + "\n"
+                with open(session_file(self.folder, session), "a", encoding="utf-8") as fh:
+                    fh.write(line)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        return record
+
+    def calls(self, session: str) -> list[CallRecord]:
+        with self._lock:
+            return list(self._calls.get(session, []))
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return list(self._calls)
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Per session: calls, calls checked (all but the first) and the append-only ones among them."""
+        with self._lock:
+            return {s: {"calls": len(c), "checked": sum(r.append_only is not None for r in c),
+                        "append_only": sum(r.append_only is True for r in c)} for s, c in self._calls.items()}

@@ -1,0 +1,187 @@
+"""The policy gateway (issue 51 item 1): a real ``openai`` SDK client against ``stratagym serve policy``'s app.
+
+What it must guarantee: the ids it records are the ids the backend sampled from the prompt it rendered
+(the same as calling the backend in-process), each call is checked append-only against its session's
+previous one, concurrent sessions never mix, and bad requests get a clear error without stopping it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stratagym.agents.gateway.server import GatewayLimits, create_app, reply_parts, session_of, template_messages
+from stratagym.agents.gateway.sessions import SessionStore, session_file
+from stratagym.agents.generation import SamplingConfig
+from stratagym.agents.llm import LLMConfig, LLMPolicy
+from stratagym.serving import serve_in_thread
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_gateway(tmp_path_factory):
+    from stratagym.agents.tiny_lm import tiny_lm_path
+
+    policy = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=8))
+    store = SessionStore(tmp_path_factory.mktemp("calls"))
+    server = serve_in_thread(create_app(policy, store=store, limits=GatewayLimits(max_new_tokens=64)))
+    yield server, store, policy
+    server.stop()
+
+
+def _client(server, key: str = "k"):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"http://{server.host}:{server.port}/v1", api_key=key, max_retries=0)
+
+
+@pytest.mark.slow
+def test_recorded_ids_are_what_the_backend_samples_and_history_is_checked_append_only(smollm2_model):
+    """SmolLM2, greedy: the reply ends with its eos, so sending it back as the assistant message renders
+    (SmolLM2's template: content + <|im_end|>) exactly the prompt + sampled ids: append-only. A program
+    that edits the earlier reply breaks it, at the first edited token."""
+    policy = LLMPolicy.from_config(LLMConfig(model=str(smollm2_model), max_new_tokens=48))
+    store = SessionStore()
+    server = serve_in_thread(create_app(policy, store=store))
+    try:
+        client = _client(server, "run-1")
+        q = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+        r = client.chat.completions.create(model="m", messages=q, temperature=0, logprobs=True,
+                                           extra_body={"return_token_ids": True})
+        (call,) = store.calls("run-1")
+        assert r.choices[0].finish_reason == "stop" and call.finish_reason == "eos"
+        assert r.choices[0].message.content == call.text and call.response_ids[-1] == policy.tokenizer.eos_token_id
+        assert [t.logprob for t in r.choices[0].logprobs.content] == pytest.approx(call.logprobs)
+        assert r.model_extra["prompt_token_ids"] == call.prompt_ids and r.choices[0].model_extra["token_ids"] == call.response_ids
+        # the prompt is the policy's own rendering, and the sample is what the backend gives in-process
+        assert call.prompt_ids == policy.prompt_ids([policy.render(q)])[0]
+        with policy.compute_context():
+            (direct,) = policy.backend.generate([call.prompt_ids], (), SamplingConfig(max_new_tokens=48), greedy=True)
+        assert direct.response_ids == call.response_ids
+
+        history = q + [{"role": "assistant", "content": r.choices[0].message.content},
+                       {"role": "user", "content": "And of Italy?"}]
+        client.chat.completions.create(model="m", messages=history, temperature=0, max_tokens=4)
+        second = store.calls("run-1")[1]
+        assert second.append_only is True and second.first_diff is None
+        edited = q + [{"role": "assistant", "content": "Paris, of course."}, {"role": "user", "content": "And of Italy?"}]
+        client.chat.completions.create(model="m", messages=edited, temperature=0, max_tokens=4)
+        third = store.calls("run-1")[2]
+        sampled = second.prompt_ids + second.response_ids
+        assert third.append_only is False and third.first_diff == next(
+            i for i, (a, b) in enumerate(zip(sampled, third.prompt_ids)) if a != b)
+        assert json.loads(httpx.get(f"http://{server.host}:{server.port}/v1/sessions").text)["sessions"]["run-1"] == {
+            "calls": 3, "checked": 2, "append_only": 1}
+    finally:
+        server.stop()
+
+
+def test_concurrent_sessions_never_mix_and_are_batched(tiny_gateway):
+    server, store, _ = tiny_gateway
+    n_sessions, n_calls = 12, 3
+
+    def program(i: int) -> None:
+        client = _client(server, f"prog-{i}")
+        msgs = []
+        for j in range(n_calls):
+            msgs.append({"role": "user", "content": f"session {i} call {j}"})
+            r = client.chat.completions.create(model="m", messages=msgs, max_tokens=4)
+            msgs.append({"role": "assistant", "content": r.choices[0].message.content or ""})
+
+    threads = [threading.Thread(target=program, args=(i,)) for i in range(n_sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for i in range(n_sessions):
+        calls = store.calls(f"prog-{i}")
+        assert [c.index for c in calls] == list(range(n_calls))
+        for j, c in enumerate(calls):
+            users = [m["content"] for m in c.messages if m["role"] == "user"]
+            assert users == [f"session {i} call {k}" for k in range(j + 1)]  # its own conversation, in order
+        # the on-disk record holds the same calls, one line each, under the session's hashed file name
+        lines = session_file(store.folder, f"prog-{i}").read_text().splitlines()
+        assert [json.loads(x)["response_ids"] for x in lines] == [c.response_ids for c in calls]
+    health = httpx.get(f"http://{server.host}:{server.port}/health").json()
+    assert health["batches"] < n_sessions * n_calls  # concurrent calls shared generate calls
+
+
+def test_completions_and_sessions_by_header(tiny_gateway):
+    server, store, _ = tiny_gateway
+    client = _client(server, "ignored-key")
+    r = client.completions.create(model="m", prompt="The guild of", max_tokens=5, logprobs=1,
+                                  extra_headers={"X-Session-Id": "by-header"})
+    (call,) = store.calls("by-header")
+    assert call.endpoint == "completions" and r.choices[0].text == call.text
+    assert r.choices[0].logprobs.token_logprobs == pytest.approx(call.logprobs)
+    assert session_of({"x-session-id": "a", "authorization": "Bearer b"}) == "a"
+    assert session_of({"authorization": "Bearer b"}) == "b" and session_of({}) == "default"
+
+
+def test_bad_requests_get_a_clear_error_and_the_gateway_keeps_serving(tiny_gateway):
+    server, _, policy = tiny_gateway
+    url = f"http://{server.host}:{server.port}/v1/chat/completions"
+    cases = [
+        ({"model": "m"}, 422, "messages"),
+        ({"messages": []}, 422, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, 422, "n"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10 ** 6}, 422, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x" * 50_000}]}, 400, "tokens; this policy takes at most"),
+    ]
+    for body, status, needle in cases:
+        res = httpx.post(url, json=body, timeout=60)
+        assert res.status_code == status and needle in res.text, (body, res.text[:300])
+    res = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}, timeout=60)
+    assert res.status_code == 422
+    assert httpx.get(f"http://{server.host}:{server.port}/v1/sessions/nobody").status_code == 404
+    ok = httpx.post(url, json={"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_tool_calls_are_parsed_and_sent_back_as_the_policy_wrote_them(smollm2_model):
+    from transformers import AutoTokenizer
+
+    text = 'Let me look.\n<tool_call>\n{"name": "search", "arguments": {"query": "Daetron"}}\n</tool_call>'
+    content, calls = reply_parts(text, parse_tools=True)
+    assert content == "Let me look." and [c["function"]["name"] for c in calls] == ["search"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"query": "Daetron"}
+    assert reply_parts(text, parse_tools=False) == (text, [])
+    assert reply_parts("<tool_call>\nnot json\n</tool_call>", parse_tools=True)[1] == []  # stays content
+    # SmolLM2's template has no tool section: the call comes back as the <tool_call> text it was sampled as
+    tok = AutoTokenizer.from_pretrained(str(smollm2_model))
+    back = template_messages([{"role": "assistant", "content": None, "tool_calls": calls}], tok)
+    assert back == [{"role": "assistant", "content": '<tool_call>\n{"name": "search", "arguments": {"query": "Daetron"}}\n</tool_call>'}]
+
+
+@pytest.mark.slow
+def test_cli_serves_on_loopback(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", "from stratagym.cli import main; main()", "serve", "policy", "tiny",
+                             "--port", str(port), "--record-dir", str(tmp_path / "rec"), "--max-new-tokens", "4"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        client = _client(type("S", (), {"host": "127.0.0.1", "port": port}), "cli-run")
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert len(session_file(tmp_path / "rec", "cli-run").read_text().splitlines()) == 1
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    assert f"on http://127.0.0.1:{port}/v1" in out
