@@ -330,8 +330,6 @@ def evaluate(
     }
     if dtype not in (None, "float32"):  # a bf16 eval is another eval: resuming must not mix the two
         identity["dtype"] = dtype
-    if provenance is not None:  # its overlap flags differ from an eval against the train split
-        identity["provenance"] = {"sha256": provenance["sha256"], "against_training_sets": overlap_flags is not None}
     log: _ProgressLog | None = None
     if out is not None:
         log = _ProgressLog(progress_path(out), identity, resume=resume)
@@ -369,8 +367,6 @@ def evaluate(
             def on_episode(traj: Any, _seed: int = seed) -> None:
                 ep = EpisodeRecord.from_trajectory(traj, info_keys).to_dict()
                 ep["seed"] = _seed
-                if overlap_flags is not None:
-                    ep.setdefault("extra", {})["overlap"] = overlap_flags.get(ep["task_id"], False)
                 done[(_seed, ep["task_id"])] = ep
                 if log is not None:
                     log.add(_seed, ep, transcript_of(traj) if transcripts else None)
@@ -387,6 +383,11 @@ def evaluate(
             log.close()
 
     episodes = [done[(s, t)] for s in seeds for t in tasks]
+    if overlap_flags is not None:
+        # a property of the task, not of the episode: set on every episode here, resumed ones included, so a
+        # resume never mixes flags; progress lines keep the env's own (eval.transcripts.same_outcome skips it)
+        episodes = [{**e, "extra": {**e.get("extra", {}), "overlap": overlap_flags.get(e["task_id"], False)}}
+                    for e in episodes]
     agent_info: dict[str, Any] = {"spec": spec.raw, "kind": spec.kind, "label": config.label or spec.label, "content_hash": agent_hash}
     if dtype is not None:
         agent_info["dtype"] = dtype

@@ -138,8 +138,15 @@ def episodes_by_key(record: Mapping[str, Any]) -> dict[tuple[Any, str], Mapping[
 
 def same_outcome(recorded: Mapping[str, Any], other: Any) -> bool:
     """Whether ``other`` (an episode outcome from a progress file or a rerun) agrees with ``recorded`` on
-    every field ``recorded`` holds: a rerun on newer code may add fields (``prompt_cuts``), never change one."""
-    return isinstance(other, Mapping) and all(k in other and other[k] == v for k, v in recorded.items())
+    every field ``recorded`` holds: a rerun on newer code may add fields (``prompt_cuts``), never change one.
+    ``extra.overlap`` is left out: it says how the task relates to a training set (the env's train split,
+    or the checkpoint's own training data where it has provenance), not what happened in the episode."""
+    def without_overlap(value: Any) -> Any:
+        return {a: b for a, b in value.items() if a != "overlap"} if isinstance(value, Mapping) else value
+
+    return isinstance(other, Mapping) and all(
+        k in other and (without_overlap(other[k]) == without_overlap(v) if k == "extra" else other[k] == v)
+        for k, v in recorded.items())
 
 
 def find_transcripts(folders: Iterable[str | os.PathLike[str]],

@@ -15,6 +15,7 @@ import pytest
 
 from stratagym.errors import ConfigError
 from stratagym.eval.records import content_hash_path
+from stratagym.eval.transcripts import find_transcripts, same_outcome
 from stratagym.envs.search_qa.overlap import audit_dataset, training_overlap
 from stratagym.provenance import provenance_digest, read_provenance, training_set, write_provenance
 from tests.search_qa.test_overlap import run_main
@@ -74,14 +75,20 @@ def test_an_eval_of_a_checkpoint_with_provenance_splits_em_by_its_training_set(t
     shutil.copytree(plain, with_prov)
     write_provenance(with_prov, [_sft_set(dataset, ["t2"])])
 
-    def run(agent: Path) -> dict:
+    def run(agent: Path, out: Path | None = None) -> dict:
         return evaluate(EvalConfig(agent=str(agent), env_id=ENV, split="test", n=2, batch_size=2,
                                    env_kwargs={"dataset": str(dataset), "max_turns": 1},
-                                   agent_options={"max_new_tokens": 4}), progress=False)
+                                   agent_options={"max_new_tokens": 4}), out=out, progress=False)
 
     flags = lambda rec: {e["task_id"]: e["extra"]["overlap"] for e in rec["episodes"]}  # noqa: E731
-    rec = run(with_prov)
+    rec = run(with_prov, tmp_path / "rec.json")
     assert flags(rec) == {"e1": False, "e2": False}
+    # the progress file keeps the env's flag; its transcripts still belong to the record (overlap is the
+    # task's relation to a training set, not an outcome: same_outcome leaves it out)
+    assert find_transcripts([tmp_path / "rec.json.progress.jsonl"], [rec])[rec["record_id"]].keys() == {(0, "e1"), (0, "e2")}
+    ep = rec["episodes"][0]
+    assert same_outcome(ep, {**ep, "extra": {**ep["extra"], "overlap": not ep["extra"]["overlap"]}})
+    assert not same_outcome(ep, {**ep, "extra": {**ep["extra"], "em": 1.0 - ep["extra"]["em"]}})
     assert rec["agent"]["provenance"] == {"sha256": provenance_digest(read_provenance(with_prov)),
                                           "overlap_against": "training sets", "training_tasks": 1, "stages": ["sft"]}
     assert rec["metrics"]["overlap"]["value"] == 0.0
