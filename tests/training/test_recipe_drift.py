@@ -1,0 +1,103 @@
+"""Drift tests (issue 50 item 4): each SFT recipe that built a committed checkpoint, run small, gives the
+answers it gave when its checkpoint was committed.
+
+The 3.5M two-epoch rebuild drifted from its first build (EM 0.266 -> 0.332 on ``test``) and nothing
+noticed. Here every SFT recipe behind a checkpoint in ``data/checkpoints/`` runs its whole pipeline (its
+own demonstrator on its own data, its tokenizer or base model, its template and LoRA settings) at a size
+that takes seconds: 2 optimizer steps on 4 demonstrations, batch 2, float32, 1 thread. Then the export
+answers the first turn of its eval split's first two tasks greedily (16 tokens). Pinned: a digest of the
+demonstrations (tasks and turns), the two losses (3 decimals) and both replies. A change anywhere in that pipeline (demonstrations, rendering, tokenization, loss masking,
+LoRA, the export, the policy's parsing) moves one of them; a deliberate change re-records the pins here,
+in the commit that makes it, with the reason.
+
+The RL recipes behind the committed RL adapters are not pinned this way yet (a step of sampled rollouts
+is a longer and less stable pin): docs/training.md, "Drift tests".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import load_script
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: how many tokens of each first reply are pinned
+REPLY_TOKENS = 16
+#: recipe -> (sha256 of the demonstrations' tasks and turns, first 12 hex; the two losses; the first greedy reply to each of the
+#: eval split's first two tasks), recorded 2026-12-02
+DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
+    # the 0.64M from-scratch model: 2 steps leave it answering newlines
+    "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.053], ["\n" * 16, "\n" * 16]),
+    "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.859, 1.544], [
+        "Saefan Rulei joined the Guild of the Knights of the Golden Lion,", 'Trou Drilath invented a device called a "Trou Drilath']),
+    "sft-smollm2-lora-webshop.yaml": ("0487887e615b", [2.176, 2.517], [
+        "I'm ready to assist you. What's your next question?"] * 2),
+    "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.772, 2.092], [
+        "I'm ready to assist you. What's your next question?"] * 2),
+}
+
+SMALL = {"sft.max_steps": 2, "sft.batch_size": 2, "sft.warmup_steps": 0, "sft.save_steps": 1000,
+         "sft.logging_steps": 1, "sft.threads": 1, "eval.n": 0, "policy.dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory) -> Path:
+    """The 13-world training data the SmolLM2 SearchQA recipe reads (scripts/make_search_qa_worlds.py)."""
+    out = tmp_path_factory.mktemp("multi13")
+    module = load_script(REPO / "scripts" / "make_search_qa_worlds.py", "make_search_qa_worlds")
+    module.make_worlds(out, list(module.DEFAULT_SEEDS))
+    return out
+
+
+def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path):
+    from stratagym.training.sft import load_sft_recipe
+
+    raw = (REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds))
+    path = tmp / name
+    path.write_text(raw)
+    over = {**SMALL, "output_dir": str(tmp / "run"), "export": str(tmp / "export")}
+    recipe = load_sft_recipe(path)
+    over["demos.n"] = 2 if recipe.demos.episodes_per_task else 4
+    if recipe.demos.episodes_per_task:
+        over["demos.episodes_per_task"] = 2
+    if "path" in recipe.model:
+        over["model.path"] = str(model)
+    return load_sft_recipe(path, over)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-webshop.yaml",
+                                  "sft-smollm2-lora-valuecorridor.yaml"])
+def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds):
+    import gymnasium as gym
+
+    from stratagym.agents.llm import LLMPolicy
+    from stratagym.agents.policy import GenerationRequest
+    from stratagym.envs.core import EpisodeKey
+    from stratagym.training.demos import read_demos
+    from stratagym.training.sft import run_sft
+
+    recipe = _small_recipe(name, tmp_path, smollm2_model, worlds)
+    meta = run_sft(recipe, progress=False, echo=lambda *_: None)
+    policy = LLMPolicy.from_pretrained(str(recipe.export_dir), max_new_tokens=REPLY_TOKENS)
+    env = gym.make(recipe.env.id, **dict(recipe.env.eval_kwargs or recipe.env.kwargs))
+    try:
+        requests = []
+        for task in [str(t) for t in env.unwrapped.task_ids()][:2]:
+            obs, info = env.reset(seed=0, options={"task_id": task})
+            requests.append(GenerationRequest(obs, info, (), recipe.env.id, EpisodeKey(task, 0, 0)))
+    finally:
+        env.close()
+    # the demonstrations by what they show (task and turns): the file also records where the data lay
+    shown = [(r["task_id"], r["turns"]) for r in read_demos(meta["demos"]["path"])]
+    digest = hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:12]
+    got = (digest, [round(x, 3) for x in meta["loss_curve"]],
+           [g.text for g in policy.generate(requests, greedy=True)])
+    if name not in DRIFT:
+        pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
+    assert got == DRIFT[name]
