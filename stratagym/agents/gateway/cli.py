@@ -19,7 +19,8 @@ def serve_policy(
     record_dir: Optional[Path] = typer.Option(None, "--record-dir", help="Append every call to DIR/<session>.jsonl "
                                               "(fsynced before the response); default: memory only."),
     backend: str = typer.Option("hf", help="hf | vllm (the policy's generation backend)."),
-    dtype: str = typer.Option("float32", help="float32 | bfloat16 | auto (docs/precision.md)."),
+    dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 | auto (docs/precision.md); default: the "
+                                        "checkpoint's own, float32 for a plain model folder."),
     max_new_tokens: int = typer.Option(256, min=1, help="Default reply length when a request names none."),
     name: str = typer.Option("stratagym-policy", help="The model name /v1/models reports."),
 ) -> None:
@@ -28,7 +29,7 @@ def serve_policy(
     key). GET /v1/sessions lists them with their append-only share."""
     import uvicorn
 
-    from stratagym.agents.llm import LLMConfig, LLMPolicy
+    from stratagym.agents.llm import POLICY_CONFIG_FILE, LLMConfig, LLMPolicy
     from stratagym.agents.gateway.server import create_app
     from stratagym.agents.gateway.sessions import SessionStore
 
@@ -36,7 +37,11 @@ def serve_policy(
         from stratagym.agents.tiny_lm import tiny_lm_path
 
         model = str(tiny_lm_path())
-    policy = LLMPolicy.from_config(LLMConfig(model=model, backend=backend, dtype=dtype, max_new_tokens=max_new_tokens))
+    options = {"backend": backend, "max_new_tokens": max_new_tokens, **({"dtype": dtype} if dtype else {})}
+    if (Path(model) / POLICY_CONFIG_FILE).exists():  # a stratagym checkpoint: its saved template, LoRA base...
+        policy = LLMPolicy.from_pretrained(model, **options)
+    else:
+        policy = LLMPolicy.from_config(LLMConfig(model=model, **options))
     app = create_app(policy, store=SessionStore(record_dir), model_name=name)
     typer.echo(f"serving {model} as {name!r} on http://{host}:{port}/v1" + (f", recording to {record_dir}" if record_dir else ""))
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
