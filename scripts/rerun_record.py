@@ -54,7 +54,8 @@ def config_of(record: dict, batch_size: int | None) -> EvalConfig:
     if agent.get("dtype") and "dtype" not in options:
         options["dtype"] = agent["dtype"]  # the recorded compute dtype, whatever the checkpoint's default
     kwargs = dict(record["env"].get("kwargs") or {})
-    return EvalConfig(agent=spec, env_id=record["env"]["id"], split=record["split"], n=cfg.get("n") or record["n_tasks"],
+    split = None if record["split"] == "default" else record["split"]  # "default": an env without splits
+    return EvalConfig(agent=spec, env_id=record["env"]["id"], split=split, n=cfg.get("n") or record["n_tasks"],
                       seeds=list(record["seeds"]), batch_size=batch_size or int(cfg.get("batch_size") or 8),
                       env_kwargs=kwargs, max_steps=cfg.get("max_steps"), label=agent.get("label"),
                       algorithm=agent.get("algorithm"), agent_options=options, training=record.get("training"))
