@@ -7,6 +7,9 @@ WebShop site (WSGI, Flask). One module, so each is served and hardened the same 
   inside JSON and HTML. ``X-Content-Type-Options: nosniff`` stops a browser from sniffing such a JSON body
   as HTML or script, and a restrictive Content-Security-Policy stops any markup that slipped through from
   running script.
+* **Batching behind one worker** (:class:`QueueWorker`): the retrieval server and the policy gateway merge
+  concurrent requests into calls of a backend that must not run twice at once; the queue, the loop task and
+  the one worker thread are started and stopped the same way, each server writes its own batching loop.
 * **Serving from a thread** (:func:`serve_in_thread`): tests, benchmarks, notebooks and the envs that start
   their own loopback server (``stratagym/OpenEnv-v0`` without a URL, the WebShop browser env). 127.0.0.1 and
   a free port by default; it returns once the server listens. ASGI apps run under uvicorn, WSGI apps (Flask)
@@ -15,12 +18,14 @@ WebShop site (WSGI, Flask). One module, so each is served and hardened the same 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-__all__ = ["JSON_CSP", "LoopbackServer", "SecurityHeaders", "add_flask_security_headers", "safe_validation_error",
-           "serve_in_thread"]
+__all__ = ["JSON_CSP", "LoopbackServer", "QueueWorker", "SecurityHeaders", "add_flask_security_headers",
+           "safe_validation_error", "serve_in_thread"]
 
 #: Anything that is not an HTML page: nothing may load from it or frame it.
 JSON_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
@@ -152,3 +157,29 @@ def safe_validation_error(err: dict[str, Any]) -> dict[str, Any]:
         return str(x).encode("utf-8", "backslashreplace").decode("utf-8")[:200]
 
     return {"loc": [clean(p) for p in err.get("loc", ())], "msg": clean(err.get("msg", "invalid")), "type": clean(err.get("type", ""))}
+
+
+class QueueWorker:
+    """An asyncio queue drained by :meth:`_run` (the subclass's batching loop), with one worker thread for
+    the blocking calls: started and stopped with the app (its lifespan)."""
+
+    def __init__(self, thread_name: str):
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._executor.shutdown(wait=False)
+
+    async def _run(self) -> None:
+        raise NotImplementedError

@@ -30,12 +30,11 @@ the two sides part.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from stratagym.envs.tools import format_call
+from stratagym.agents.tool_messages import hermes_calls
 from stratagym.errors import ConfigError
 
 __all__ = ["CONVERSATIONS", "TOOLS", "TurnCheck", "TemplateAudit", "audit_template", "check_turn",
@@ -154,16 +153,6 @@ def first_divergence(sampled: Sequence[int], rendered: Sequence[int]) -> int | N
     return None
 
 
-def _hermes(calls: Sequence[Mapping[str, Any]]) -> str:
-    """Tool calls as stratagym's policies (and Qwen/Hermes-style models) emit them."""
-    parts = []
-    for call in calls:
-        fn = call.get("function", call)
-        args = fn.get("arguments", {})
-        parts.append(format_call(fn["name"], json.loads(args) if isinstance(args, str) else args))
-    return "\n".join(parts)
-
-
 def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]], template: str | None, *, generation: bool,
             tools: Sequence[Mapping[str, Any]] | None) -> str:
     return tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None, tokenize=False,
@@ -184,7 +173,7 @@ def sampled_reply(tokenizer: Any, messages: Sequence[Mapping[str, Any]], index: 
     names_rendered = reply is not None and all(c["function"]["name"] in reply for c in calls)
     if reply is None or not names_rendered or stop not in reply:
         content = str(message.get("content") or "")
-        reply = content + (_hermes(calls) if calls else "") + stop
+        reply = content + hermes_calls(calls) + stop
     return reply
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from stratagym.envs.tools import ToolCall, parse_hermes, strip_reasoning, tools_system_prompt
+from stratagym.envs.tools import ToolCall, format_call, parse_hermes, strip_reasoning, tools_system_prompt
 
-__all__ = ["chat_template_has_tools", "fallback_messages", "openai_messages", "trl_messages"]
+__all__ = ["chat_template_has_tools", "fallback_messages", "hermes_calls", "openai_messages", "trl_messages"]
 
 
 def chat_template_has_tools(tokenizer: Any) -> bool:
@@ -29,6 +29,24 @@ def chat_template_has_tools(tokenizer: Any) -> bool:
     if isinstance(template, dict):
         template = template.get("tool_use") or template.get("default")
     return isinstance(template, str) and "tools" in template
+
+
+def hermes_calls(calls: Sequence[Any]) -> str:
+    """Structured tool calls (``{"function": {"name", "arguments"}}``, the arguments an object or its JSON
+    text) as the ``<tool_call>`` blocks a policy emits, one per line: what a template without a tool
+    section shows for an assistant's calls. A call whose arguments are not a JSON object is left out."""
+    parts = []
+    for call in calls:
+        fn = call.get("function", call) if isinstance(call, dict) else {}
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                continue
+        if isinstance(args, dict) and isinstance(fn.get("name"), str):
+            parts.append(format_call(fn["name"], args))
+    return "\n".join(parts)
 
 
 def fallback_messages(messages: Sequence[dict[str, Any]], schemas: Sequence[Any]) -> list[dict[str, Any]]:

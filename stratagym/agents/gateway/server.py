@@ -27,16 +27,15 @@ import asyncio
 import json
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig
-from stratagym.agents.tool_messages import chat_template_has_tools
-from stratagym.envs.tools import ToolCall, format_call, parse_hermes
+from stratagym.agents.tool_messages import chat_template_has_tools, hermes_calls
+from stratagym.envs.tools import ToolCall, parse_hermes
 from stratagym.agents.gateway.sessions import SessionStore
-from stratagym.serving import SecurityHeaders, safe_validation_error
+from stratagym.serving import QueueWorker, SecurityHeaders, safe_validation_error
 
 __all__ = ["GatewayLimits", "GenerationBatcher", "create_app", "session_of", "template_messages", "reply_parts"]
 
@@ -101,9 +100,7 @@ def template_messages(messages: Sequence[dict[str, Any]], tokenizer: Any) -> lis
             if has_tools:
                 msg["tool_calls"] = structured
             else:
-                written = "\n".join(format_call(str(c["function"]["name"]), c["function"]["arguments"])
-                                    for c in structured if isinstance(c["function"]["arguments"], dict))
-                msg["content"] = msg["content"] + written
+                msg["content"] = msg["content"] + hermes_calls(structured)
         out.append(msg)
     return out
 
@@ -123,29 +120,14 @@ def reply_parts(text: str, parse_tools: bool) -> tuple[Optional[str], list[dict[
                                for c in calls]
 
 
-class GenerationBatcher:
+class GenerationBatcher(QueueWorker):
     """Merges concurrent requests into ``generate`` calls on one worker thread (adaptive: a request that
     finds the backend idle runs at once with whatever else is already waiting; calls never overlap)."""
 
     def __init__(self, policy: Any, max_batch: int = 64):
+        super().__init__("gateway-generate")
         self.policy, self.max_batch = policy, int(max_batch)
-        self._queue: Optional[asyncio.Queue] = None
-        self._task: Optional[asyncio.Task] = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-generate")
         self.calls = 0
-
-    async def start(self) -> None:
-        self._queue = asyncio.Queue()
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        self._executor.shutdown(wait=False)
 
     async def submit(self, prompt_ids: list[int], stop: tuple[str, ...], cfg: SamplingConfig, greedy: bool) -> RawGeneration:
         assert self._queue is not None, "GenerationBatcher.start() was not called"

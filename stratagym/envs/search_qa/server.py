@@ -21,13 +21,12 @@ a retriever exception becomes a 503 with the reason, which clients retry elsewhe
 
 # No `from __future__ import annotations`: FastAPI must see the request model class itself, not a string.
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from stratagym.envs.search_qa.retrievers.base import Hit, Retriever
-from stratagym.serving import SecurityHeaders, safe_validation_error
+from stratagym.serving import QueueWorker, SecurityHeaders, safe_validation_error
 
 __all__ = ["create_app", "MicroBatcher", "run_server", "ServerLimits"]
 
@@ -44,7 +43,7 @@ class ServerLimits:
     inline_max_queries: int = 32  # batches up to this size are searched on the event loop's thread
 
 
-class MicroBatcher:
+class MicroBatcher(QueueWorker):
     """Merges concurrent requests into batched retriever calls, one call at a time.
 
     Batches adapt to the load (see :meth:`_run`): no request waits for others when the server is idle.
@@ -58,26 +57,11 @@ class MicroBatcher:
 
     def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_wait_ms: float = 0.0,
                  inline_max_queries: int = 32):
+        super().__init__("retriever")
         self.retriever = retriever
         self.max_batch, self.max_wait = int(max_batch), float(max_wait_ms) / 1000.0
         self.inline_max_queries = int(inline_max_queries)
-        self._queue: asyncio.Queue | None = None
-        self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever")
         self.calls = 0  # retriever calls made (for tests and the health endpoint)
-
-    async def start(self) -> None:
-        self._queue = asyncio.Queue()
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        self._executor.shutdown(wait=False)
 
     async def submit(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         assert self._queue is not None, "MicroBatcher.start() was not called"
