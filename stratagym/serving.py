@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from abc import ABC, abstractmethod
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -159,7 +160,7 @@ def safe_validation_error(err: dict[str, Any]) -> dict[str, Any]:
     return {"loc": [clean(p) for p in err.get("loc", ())], "msg": clean(err.get("msg", "invalid")), "type": clean(err.get("type", ""))}
 
 
-class QueueWorker:
+class QueueWorker(ABC):
     """An asyncio queue drained by :meth:`_run` (the subclass's batching loop), with one worker thread for
     the blocking calls: started and stopped with the app (its lifespan)."""
 
@@ -181,5 +182,6 @@ class QueueWorker:
                 pass
         self._executor.shutdown(wait=False)
 
+    @abstractmethod
     async def _run(self) -> None:
-        raise NotImplementedError
+        """Take requests from ``self._queue`` forever, batch them and answer their futures."""
