@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import stratagym  # noqa: F401
 from stratagym.envs.alfworld import generator as g
-from stratagym.envs.alfworld.games import load_records, logic_files
+from stratagym.envs.alfworld.games import eval_exclusions, load_records, logic_files
 
 
 def test_generated_game_folder_has_alfworld_format(tmp_path):
@@ -42,6 +42,25 @@ def test_generation_is_deterministic_and_respects_exclusions():
     assert not excluded & {g.combo(r) for r in c}
     with pytest.raises(stratagym.ConfigError, match="task type"):
         g.generate_games("pick_and_dance", 1)
+
+
+def test_exclude_problems_skips_exactly_those_games():
+    first = g.generate_games("pick_and_place_simple", 2, seed=3, verify=False)
+    again = g.generate_games("pick_and_place_simple", 2, seed=3, verify=False,
+                             exclude_problems={g.problem_digest(first[0])})
+    # the excluded game is gone, the next one moves up, and no other game changes
+    assert again[0].to_json() == first[1].to_json()
+    assert g.problem_digest(first[0]) not in {g.problem_digest(r) for r in again}
+
+
+def test_eval_exclusions_cover_every_bundled_eval_game():
+    held_out = eval_exclusions()
+    seen = [r for r, _ in load_records("in_distribution")]
+    unseen = [r for r, _ in load_records("out_of_distribution")]
+    assert {g.problem_digest(r) for r in seen + unseen} == held_out.problems and len(held_out.problems) == 60
+    assert held_out.combos == {g.combo(r) for r in unseen}
+    # stored digests (written at generation) agree with the moved problem_digest
+    assert all(d == g.problem_digest(r) for r, d in load_records("in_distribution"))
 
 
 def test_bundled_splits_are_out_of_distribution_where_they_should_be():

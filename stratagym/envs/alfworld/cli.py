@@ -33,6 +33,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         out: Path = typer.Option(..., "--out", "-o", help="Folder to write game folders into (like json_2.1.1/train)."),
         rooms: str = typer.Option("all", "--rooms", help="Floor plans: all, seen (not held out) or unseen (held out)."),
         verify: bool = typer.Option(True, "--verify/--no-verify", help="Check every game is won by the planner."),
+        avoid_eval: bool = typer.Option(
+            True, "--avoid-eval/--allow-eval",
+            help="Leave out any game that is a bundled evaluation game, or shares a (task, object, receptacle) "
+                 "combination with an out_of_distribution game, so new games can train a model without "
+                 "leaking into either evaluation split (default on).",
+        ),
     ) -> None:
         """Write ALFWorld game folders (game.tw-pddl + traj_data.json) for the real engine."""
         import json
@@ -43,7 +49,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         # lazy: the game modules load the engine and translator modules (~40 ms); `stratagym --help` stays fast
         from stratagym.envs.alfworld import generator as g
-        from stratagym.envs.alfworld.games import canonical_task_types, logic_files
+        from stratagym.envs.alfworld.games import canonical_task_types, eval_exclusions, logic_files
 
         console = Console()
         try:
@@ -52,10 +58,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 raise ConfigError(f"--rooms must be all, seen or unseen, got {rooms!r}")
             unseen = {"all": None, "seen": False, "unseen": True}[rooms]
             domain, grammar = logic_files()
+            held_out = eval_exclusions() if avoid_eval else None
             out.mkdir(parents=True, exist_ok=True)
             written = 0
             for t in types:
-                records = g.generate_games(t, n, seed=seed, floor_plans=g.floor_plans_for(t, unseen=unseen), verify=verify)
+                records = g.generate_games(
+                    t, n, seed=seed, floor_plans=g.floor_plans_for(t, unseen=unseen), verify=verify,
+                    exclude_combos=held_out.combos if held_out else (),
+                    exclude_problems=held_out.problems if held_out else (),
+                )
                 for rec in records:
                     # build each game folder beside its destination, then rename it into place
                     tmp = Path(tempfile.mkdtemp(prefix=".game-", dir=out))

@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 
 from stratagym.atomic import atomic_write, publish_folder
 from stratagym.envs.alfworld import paths
-from stratagym.envs.alfworld.generator import TASK_TYPES, GameRecord, game_json, problem_pddl, traj_data
+from stratagym.envs.alfworld.generator import TASK_TYPES, GameRecord, combo, game_json, problem_digest, traj_data
 from stratagym.envs.alfworld.runtime import logic_files  # re-exported: the CLI and tests read it from here
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
@@ -46,6 +46,8 @@ __all__ = [
     "scan_split_dir",
     "resolve_games",
     "problem_digest",
+    "EvalExclusions",
+    "eval_exclusions",
 ]
 
 #: Canonical split names, in order.
@@ -127,10 +129,6 @@ def canonical_task_types(task_types: Iterable[str | int] | str | int | None) -> 
 # --------------------------------------------------------------------------------------------------
 
 
-def problem_digest(record: GameRecord) -> str:
-    return hashlib.sha256(problem_pddl(record).encode()).hexdigest()
-
-
 def load_records(split: str, directory: Path | None = None) -> list[tuple[GameRecord, str]]:
     """The bundled records of ``split`` with their stored problem digests."""
     split = canonical_split(split)
@@ -144,6 +142,31 @@ def load_records(split: str, directory: Path | None = None) -> list[tuple[GameRe
         digest = data.pop("problem_sha256", "")
         out.append((GameRecord.from_dict(data), digest))
     return out
+
+
+@dataclass(frozen=True)
+class EvalExclusions:
+    """What a new train game must not be, so the bundled evaluation splits stay what they claim.
+
+    ``problems``: the PDDL problem digests of every evaluation game (no train game *is* an eval game);
+    ``combos``: the (task type, object, receptacle-or-lamp) triples of the out-of-distribution games
+    (that split promises no combination seen in train, as ALFWorld's valid_unseen does).
+    """
+
+    problems: frozenset[str]
+    combos: frozenset[tuple[str, str, str]]
+
+
+def eval_exclusions(directory: Path | None = None) -> EvalExclusions:
+    """The :class:`EvalExclusions` of the bundled (or ``directory``'s) evaluation splits."""
+    problems: set[str] = set()
+    combos: set[tuple[str, str, str]] = set()
+    for split in SPLITS[1:]:
+        for record, _digest in load_records(split, directory):
+            problems.add(problem_digest(record))
+            if split == "out_of_distribution":
+                combos.add(combo(record))
+    return EvalExclusions(problems=frozenset(problems), combos=frozenset(combos))
 
 
 def _bundled_fingerprint() -> str:

@@ -15,6 +15,7 @@ A game is kept in a compact :class:`GameRecord` (the sampled scene, not the PDDL
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass, field
@@ -181,6 +182,11 @@ def combo(record: GameRecord) -> tuple[str, str, str]:
 # --------------------------------------------------------------------------------------------------
 # PDDL
 # --------------------------------------------------------------------------------------------------
+
+
+def problem_digest(record: GameRecord) -> str:
+    """SHA-256 of the game's PDDL problem: two records with the same digest are the same game."""
+    return hashlib.sha256(problem_pddl(record).encode()).hexdigest()
 
 
 def problem_pddl(record: GameRecord) -> str:
@@ -406,6 +412,7 @@ def generate_games(
     *,
     floor_plans: Sequence[int] | None = None,
     exclude_combos: Iterable[tuple[str, str, str]] = (),
+    exclude_problems: Iterable[str] = (),
     verify: bool = True,
     tag: str = "G",
     max_tries: int = 50,
@@ -414,7 +421,8 @@ def generate_games(
 
     ``floor_plans`` limits the rooms (default: every room ALFRED uses for the task, including held-out
     ones). ``exclude_combos`` lists (task, object, receptacle) triples not to use (out-of-distribution
-    splits exclude train's). With ``verify`` every game is loaded in the real engine and the planner's
+    splits exclude train's); ``exclude_problems`` lists :func:`problem_digest` values whose games are
+    skipped (new train games leave the evaluation splits' games out). With ``verify`` every game is loaded in the real engine and the planner's
     walkthrough must win it; the walkthrough is stored in the record.
     """
     if task_type not in TASK_TYPES:
@@ -426,6 +434,7 @@ def generate_games(
     if not plans:
         raise ConfigError(f"no floor plan supports {task_type}; it needs a {' or '.join(_GOAL_ROOMS[task_type])}")
     exclude = set(exclude_combos)
+    skip_problems = set(exclude_problems)
     verifier = _Verifier() if verify else None
     records: list[GameRecord] = []
     i = 0
@@ -442,6 +451,8 @@ def generate_games(
         if rec is None:
             continue
         rec.seed = f"{seed}:{task_type}:{i - 1}"
+        if skip_problems and problem_digest(rec) in skip_problems:
+            continue
         if verifier is not None:
             plan = verifier.solve(rec)
             if plan is None:
