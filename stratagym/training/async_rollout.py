@@ -57,7 +57,8 @@ import torch
 from stratagym.agents.policy import policy_hooks, unwrap_model
 from stratagym.errors import ConfigError
 from stratagym.training.recipe import build_policy, seed_everything
-from stratagym.training.rollout import InProcessPool, RolloutBatch, RolloutCollector
+from stratagym.training.rollout import InProcessPool, RolloutBatch
+from stratagym.training.rollout.program import collector_for
 
 __all__ = ["AsyncRollouts", "RolloutWorker", "Job", "merge_async_extras"]
 
@@ -76,8 +77,9 @@ class RolloutWorker:
         seed_everything(seed)
         self.policy = build_policy(dict(policy_spec))
         self.hooks = policy_hooks(self.policy)  # Policy's no-op defaults for hooks the policy lacks
-        self.collector = RolloutCollector(env_id, self.policy, group_size=group_size,
-                                          pool=InProcessPool(env_id, env_kwargs), max_turns=max_turns)
+        # an env's episodes in this actor's process, or an agent program against this actor's own gateway
+        self.collector = collector_for(env_id, env_kwargs, self.policy, group_size=group_size, max_turns=max_turns,
+                                       pool=lambda: InProcessPool(env_id, env_kwargs))
         self.version: Optional[int] = None
 
     def pid(self) -> int:

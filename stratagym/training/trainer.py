@@ -72,11 +72,11 @@ from stratagym.training.distributed import (  # noqa: F401  (estimate_advantages
 from stratagym.training.update import TrainerUpdate, UpdateData  # noqa: F401  (UpdateData: re-exported)
 from stratagym.training.rollout import (
     RolloutBatch,
-    RolloutCollector,
     make_pool,
     shape_rewards,
 )
 from stratagym.training.rollout.dynamic import collect_informative
+from stratagym.training.rollout.program import collector_for, is_program
 from stratagym.errors import ConfigError
 from stratagym.provenance import inherited_stages
 from stratagym.training.metrics_log import MetricsLog
@@ -153,12 +153,8 @@ class Trainer(TrainerUpdate):
             self._setup_critic()
         self._play_baseline = "baseline" in self.estimator.fields  # ReMax: one greedy episode per task
         self._decorrelate_processes()
-        pool = make_pool(config.env.id, config.env.kwargs, workers=config.rollout.workers,
-                         num_workers=config.rollout.num_workers, start_method=config.rollout.start_method,
-                         ray_address=config.rollout.ray_address)
-        self.collector = RolloutCollector(config.env.id, self.policy, group_size=config.rollout.group_size,
-                                          pool=pool, max_turns=config.rollout.max_turns)
-        self._eval_collector: Optional[RolloutCollector] = None
+        self.collector = self._collector(config.env.kwargs, config.rollout.group_size)
+        self._eval_collector: Any = None
         # the rollout source, chosen once: this process's collector, or rollout.mode: async's Ray actors
         # (started by the first rollout), whose figures of the several jobs one filtered step draws merge
         # into one row (a sync draw has none to merge)
@@ -176,17 +172,28 @@ class Trainer(TrainerUpdate):
             where = f" in env.tasks {config.env.tasks!r} (the split has {len(all_ids)})" if config.env.tasks else ""
             raise ConfigError(f"env {config.env.id!r} has no tasks{where} with kwargs {config.env.kwargs}")
         observed = None
-        try:
-            get_spec(config.env.id)
-        except KeyError:
-            (res,) = self.collector.pool.reset([(0, 0, {"task_id": self._task_ids[0]})])
-            observed = res[1] if isinstance(res, tuple) else None
+        if not is_program(config.env.id):  # a program's metadata keys are fixed (env_metadata_keys)
+            try:
+                get_spec(config.env.id)
+            except KeyError:
+                (res,) = self.collector.pool.reset([(0, 0, {"task_id": self._task_ids[0]})])
+                observed = res[1] if isinstance(res, tuple) else None
         check_estimator_metadata(self.estimator, config.env.id, observed)
         self.log = MetricsLog(self.output_dir, enabled=self.accelerator.is_main_process, tensorboard=tc.tensorboard,
                               wandb=tc.wandb, project=tc.wandb_project, run_name=config.name, config=config.to_dict())
         end_process_group_at_exit(self.accelerator, self)  # built: its DDP wrappers are dropped at exit
 
     # ---- setup ---------------------------------------------------------------------------------------
+    def _collector(self, env_kwargs: dict[str, Any], group_size: int) -> Any:
+        """The rollout collector over ``env_kwargs``: env pools as ``rollout.workers`` says, or an agent
+        program's gateway (``env.id: program:...``, :mod:`stratagym.training.rollout.program`)."""
+        cfg = self.config
+        rc = cfg.rollout
+        return collector_for(cfg.env.id, env_kwargs, self.policy, group_size=group_size, max_turns=rc.max_turns,
+                             pool=lambda: make_pool(cfg.env.id, env_kwargs, workers=rc.workers,
+                                                    num_workers=rc.num_workers, start_method=rc.start_method,
+                                                    ray_address=rc.ray_address))
+
     def _setup_optimizer(self) -> None:
         oc = self.config.optim
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -375,11 +382,7 @@ class Trainer(TrainerUpdate):
         """Greedy (by default) episodes on the first ``num_tasks`` tasks of the eval envs, one per task."""
         cfg = self.config
         if self._eval_collector is None:
-            kwargs = cfg.env.eval_kwargs if cfg.env.eval_kwargs is not None else cfg.env.kwargs
-            pool = make_pool(cfg.env.id, kwargs, workers=cfg.rollout.workers, num_workers=cfg.rollout.num_workers,
-                             start_method=cfg.rollout.start_method, ray_address=cfg.rollout.ray_address)
-            self._eval_collector = RolloutCollector(cfg.env.id, self.policy, group_size=1, pool=pool,
-                                                    max_turns=cfg.rollout.max_turns)
+            self._eval_collector = self._collector(cfg.env.eval_kwargs if cfg.env.eval_kwargs is not None else cfg.env.kwargs, 1)
         ids = self._eval_collector.task_ids()[: num_tasks or cfg.train.eval_tasks]
         self.policy.eval()
         batch = self._eval_collector.collect(ids, [0] * len(ids), greedy=cfg.train.eval_greedy)

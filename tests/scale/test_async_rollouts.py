@@ -176,3 +176,19 @@ def test_merge_async_extras_by_hand():
         "async/publishes": 4.0, "async/publish_s": 0.75, "async/wait_s": 3.0,
         "async/groups": [["a", 0], ["b", 1], ["c", 2]]}
     assert merge_async_extras([]) == {}
+
+
+def test_an_agent_program_rolls_out_in_the_actors(ray_cluster, tmp_path):
+    """``env.id: program:...`` under ``rollout.mode: async``: each actor serves its own policy copy through its
+    own gateway and plays the program there; the learner trains on the ids those gateways recorded."""
+    cfg = RecipeConfig.from_dict({
+        "name": "async-program", "policy": {"model": "tiny", "max_new_tokens": 6},
+        "env": {"id": "program:tests.training.program_fixtures:make_program", "kwargs": {"timeout_s": 60}},
+        "rollout": {"group_size": 2, "tasks_per_step": 2, "max_turns": 4, "mode": "async", "max_staleness": 1},
+        "algorithm": {"estimator": "gigpo"}, "optim": {"lr": 1.0e-2},
+        "train": {"total_steps": 2, "output_dir": str(tmp_path), "save_every": 0, "progress": False,
+                  "tensorboard": False}})
+    rows, before, after = _run(cfg)
+    assert len(rows) == 2 and all(r["rollout/episodes"] == 4 and r["rollout/failed"] == 0 for r in rows)
+    assert all(math.isfinite(r["loss/loss"]) and r["rollout/turns"] == 2 for r in rows)
+    assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -92,6 +92,16 @@ class SessionStore:
         with self._lock:
             return list(self._calls.get(session, []))
 
+    def pop(self, session: str) -> list[CallRecord]:
+        """Remove a session's calls from memory and return them (its file, if any, stays)."""
+        with self._lock:
+            return self._calls.pop(session, [])
+
+    def clear(self) -> None:
+        """Forget every session in memory (files stay)."""
+        with self._lock:
+            self._calls.clear()
+
     def sessions(self) -> list[str]:
         with self._lock:
             return list(self._calls)

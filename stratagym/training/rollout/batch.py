@@ -84,7 +84,11 @@ def _baselines(ok: list[Any], rewards: torch.Tensor) -> Optional[torch.Tensor]:
 
 def env_metadata_keys(env_id: str, observed_info: Optional[dict[str, Any]] = None) -> set[str]:
     """The metadata keys ``env_id`` provides: its stratagym ``EnvSpec.metadata_keys``, else the keys
-    seen in an ``info`` dict (for envs registered with gymnasium directly)."""
+    seen in an ``info`` dict (for envs registered with gymnasium directly); an agent program's are fixed."""
+    from stratagym.training.rollout.program import PROGRAM_METADATA_KEYS, is_program
+
+    if is_program(env_id):
+        return set(PROGRAM_METADATA_KEYS)
     try:
         return set(get_spec(env_id).metadata_keys)
     except KeyError:

@@ -1,0 +1,341 @@
+"""Agent programs as a rollout source: train the model behind an ``openai``-client loop as it is written.
+
+A user brings ``async def agent(client, task) -> reward``: any loop over the ``openai`` client (or an agent
+framework given that client or its ``base_url``). :class:`ProgramCollector` serves the trainer's own policy
+through the policy gateway (:mod:`stratagym.agents.gateway`, a real uvicorn server on a loopback port), runs
+G copies of the program per task concurrently, each copy in its own gateway session, and rebuilds token-level
+trajectories from what the gateway recorded: one :class:`StepRecord` per model call, whose payload holds the
+prompt ids as rendered, the sampled ids and their sampling log-probs -- the ids the trainer scores, never the
+program's later re-rendering of the same text (docs/gateway.md, "Agent programs").
+
+Structure is recorded as an env records it, so every registered estimator applies:
+
+* a call's *observation* is what the program added since its previous call (the tool results or the user
+  turn; the whole conversation for the first call); ``state_hash`` is its :func:`stable_hash` and
+  ``context`` the hashes of the last k+1 observations (:class:`ContextTracker`), so copies of a group that
+  reach the same tool result share GiGPO's anchor states and HGPO's context groups;
+* ``search_count`` counts the tool calls the program's model has made so far (Stratified GRPO's strata);
+* the program's reward lands on its last call; ``info`` keeps the call's tool calls and its append-only flag.
+
+Faults: a copy that raises, runs past ``timeout_s`` or never calls the model becomes a *failed* trajectory
+(its error kept, counted in ``rollout/failed`` and ``program/dropped_*``); the trainer drops it, as it drops an
+env episode that failed, and its group is a short group. A gateway that cannot serve fails every copy of the
+step with its error, and the trainer's checkpoints resume the run.
+
+A program's task is a mapping with an ``"id"``; seeds are not passed (the gateway batches copies through one
+sampler, so a copy has no sampling seed of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional, Sequence
+
+import torch
+
+from stratagym.envs.hashing import ContextTracker, stable_hash
+from stratagym.errors import ConfigError
+from stratagym.training.rollout.records import RolloutBatch, StepRecord, Trajectory
+
+__all__ = ["PROGRAM_PREFIX", "PROGRAM_METADATA_KEYS", "AgentProgram", "ProgramCollector", "collector_for", "is_program",
+           "load_program", "trajectory_from_calls"]
+
+#: ``env.id: "program:package.module:attr"`` names an agent program instead of a gymnasium env
+PROGRAM_PREFIX = "program:"
+
+#: the env metadata a program's trajectories carry (what step-level and stratified estimators read)
+PROGRAM_METADATA_KEYS = ("state_hash", "context_hashes", "search_count", "action_valid")
+
+AgentFn = Callable[[Any, dict[str, Any]], Awaitable[Any]]
+RewardFn = Callable[[dict[str, Any], Any], float]
+
+
+def is_program(env_id: str) -> bool:
+    """Whether a recipe's ``env.id`` names an agent program (``program:module:attr``)."""
+    return str(env_id).startswith(PROGRAM_PREFIX)
+
+
+@dataclass
+class AgentProgram:
+    """An agent program and the tasks it plays.
+
+    ``agent(client, task)``: an ``async`` function given an ``openai.AsyncOpenAI`` client (bound to its own
+    gateway session) and one task; it returns the reward, or any result ``reward(task, result)`` turns into
+    one. ``tasks``: mappings, each with a unique ``"id"``. ``timeout_s``: the most one copy may run.
+    ``context_k``: the history levels recorded for HGPO (as an env's ``context_k``).
+    """
+
+    agent: AgentFn
+    tasks: Sequence[dict[str, Any]]
+    reward: Optional[RewardFn] = None
+    timeout_s: float = 300.0
+    context_k: int = 4
+
+    def __post_init__(self) -> None:
+        if not inspect.iscoroutinefunction(self.agent):
+            raise ConfigError(f"an agent program must be an `async def agent(client, task)`, got {self.agent!r}")
+        ids = [str(t.get("id", "")) if isinstance(t, dict) else "" for t in self.tasks]
+        if not ids or any(not i for i in ids):
+            raise ConfigError("an agent program needs tasks: a list of mappings, each with an 'id'")
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"agent program task ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})[:3]}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}")
+        self._by_id = dict(zip(ids, self.tasks))
+
+    def task_ids(self) -> list[str]:
+        return list(self._by_id)
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self._by_id[str(task_id)]
+
+
+def _import(spec: str, what: str) -> Any:
+    module, _, attr = str(spec).partition(":")
+    if not module or not attr:
+        raise ConfigError(f"{what} must be written 'package.module:name', got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"{what} {spec!r}: cannot import {module!r} ({exc}); is it on PYTHONPATH?") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{what} {spec!r}: module {module!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _read_tasks(tasks: Any) -> list[dict[str, Any]]:
+    if isinstance(tasks, (str, Path)):
+        path = Path(tasks).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"agent program tasks file {str(path)!r} does not exist (a JSONL file, one task a line)")
+        out = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except ValueError as exc:
+                    raise ConfigError(f"{path}:{n}: not a JSON task ({exc})") from None
+        return out
+    return list(tasks or [])
+
+
+def load_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> AgentProgram:
+    """The :class:`AgentProgram` that ``env.id`` (``program:module:attr``) and ``env.kwargs`` name.
+
+    ``attr`` is an :class:`AgentProgram`; or a plain function returning one (called with ``kwargs``); or the
+    ``async`` agent function itself, with ``kwargs`` giving ``tasks`` (a list, or a JSONL file of tasks),
+    and optionally ``reward`` (``module:name``), ``timeout_s`` and ``context_k``.
+    """
+    kwargs = dict(kwargs or {})
+    spec = str(env_id)[len(PROGRAM_PREFIX):] if is_program(env_id) else str(env_id)
+    obj = _import(spec, "env.id program")
+    if isinstance(obj, AgentProgram):
+        if kwargs:
+            raise ConfigError(f"{spec!r} is a ready AgentProgram and takes no env.kwargs; got {sorted(kwargs)}")
+        return obj
+    if inspect.iscoroutinefunction(obj):
+        unknown = sorted(set(kwargs) - {"tasks", "reward", "timeout_s", "context_k"})
+        if unknown:
+            raise ConfigError(f"an agent function takes env.kwargs tasks, reward, timeout_s, context_k; got {unknown}")
+        reward = kwargs.get("reward")
+        return AgentProgram(agent=obj, tasks=_read_tasks(kwargs.get("tasks")),
+                            reward=_import(reward, "env.kwargs.reward") if isinstance(reward, str) else reward,
+                            timeout_s=float(kwargs.get("timeout_s", 300.0)), context_k=int(kwargs.get("context_k", 4)))
+    if callable(obj):
+        try:
+            made = obj(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"program factory {spec!r} does not take env.kwargs {sorted(kwargs)}: {exc}") from None
+        if isinstance(made, AgentProgram):
+            return made
+        raise ConfigError(f"program factory {spec!r} returned {type(made).__name__}, not an AgentProgram")
+    raise ConfigError(f"{spec!r} is neither an AgentProgram, a factory of one, nor an `async def agent(client, task)`")
+
+
+# --------------------------------------------------------------------------------------------------
+# Calls -> a trajectory
+# --------------------------------------------------------------------------------------------------
+
+
+def _observation(messages: Optional[list[dict[str, Any]]], prompt_text: str) -> str:
+    """What the program added since its previous call: the messages after the last assistant message
+    (all of them on a first call), as canonical JSON; a completions call's observation is its prompt."""
+    if messages is None:
+        return prompt_text
+    last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"), default=-1)
+    return json.dumps(messages[last + 1:], sort_keys=True, ensure_ascii=False, default=str)
+
+
+def trajectory_from_calls(traj: Trajectory, calls: Sequence[Any], reward: float, *, context_k: int = 4,
+                          decode: Optional[Callable[[list[int]], str]] = None) -> Trajectory:
+    """Fill ``traj`` with one step per recorded call (:class:`~stratagym.agents.gateway.sessions.CallRecord`),
+    the program's ``reward`` on the last. Payloads are the recorded ids and log-probs as tensors."""
+    tracker = ContextTracker(context_k)
+    tool_calls = 0
+    for i, call in enumerate(calls):
+        prompt_text = decode(call.prompt_ids) if (decode is not None and call.messages is None) else ""
+        obs = _observation(call.messages, prompt_text)
+        tracker.push_hash(stable_hash(obs))
+        tool_calls += len(call.tool_calls)
+        last = i == len(calls) - 1
+        traj.steps.append(StepRecord(
+            step=i,
+            payload={"prompt_ids": torch.tensor(call.prompt_ids, dtype=torch.long),
+                     "response_ids": torch.tensor(call.response_ids, dtype=torch.long),
+                     "sampling_logprobs": torch.tensor(call.logprobs, dtype=torch.float32)},
+            action=call.text, text=call.text, format_ok=call.finish_reason != "length",
+            num_tokens=len(call.response_ids), reward=float(reward) if last else 0.0, action_valid=True,
+            state_hash=tracker.state_hash, context=tracker.context_hashes(), search_count=tool_calls,
+            info={"tool_calls": len(call.tool_calls), "append_only": call.append_only, "first_diff": call.first_diff,
+                  "finish_reason": call.finish_reason},
+            observation=obs,
+        ))
+    traj.terminated, traj.score = True, float(reward)
+    traj.won = float(reward) > 0
+    traj.final_observation = ""
+    return traj
+
+
+# --------------------------------------------------------------------------------------------------
+# The collector
+# --------------------------------------------------------------------------------------------------
+
+
+class ProgramCollector:
+    """Plays group rollouts of an :class:`AgentProgram` against the policy gateway (the trainer's
+    collector for ``env.id: program:...``; same ``collect`` contract as
+    :class:`~stratagym.training.rollout.collector.RolloutCollector`)."""
+
+    #: no env pool: the program is the environment
+    pool = None
+
+    def __init__(self, program: AgentProgram, policy: Any, *, group_size: int, env_id: str = "program",
+                 max_turns: int = 100, host: str = "127.0.0.1"):
+        if group_size < 1:
+            raise ConfigError(f"group_size must be >= 1, got {group_size}")
+        self.program, self.policy, self.group_size = program, policy, int(group_size)
+        self.env_id, self.max_turns, self.host = env_id, int(max_turns), host
+        self._server: Any = None
+        self._store: Any = None
+        self._round = 0
+
+    def task_ids(self) -> list[str]:
+        return self.program.task_ids()
+
+    @property
+    def base_url(self) -> str:
+        """The gateway's ``/v1`` URL (started on first use)."""
+        self._ensure_gateway()
+        return f"{self._server.url}/v1"
+
+    def _ensure_gateway(self) -> None:
+        if self._server is not None and self._server.thread.is_alive():
+            return
+        from stratagym.agents.gateway.server import create_app
+        from stratagym.agents.gateway.sessions import SessionStore
+        from stratagym.serving import serve_in_thread
+
+        self._store = SessionStore()
+        self._server = serve_in_thread(create_app(self.policy, store=self._store), self.host, 0,
+                                       name="stratagym-program-gateway")
+
+    def collect(self, task_ids: Sequence[str], seeds: Sequence[int], *, greedy: bool = False, baseline: bool = False,
+                on_turn: Optional[Callable[[int, int], None]] = None,
+                on_episode: Optional[Callable[[Trajectory], None]] = None) -> RolloutBatch:
+        """Run ``group_size`` copies of the program on each task (``seeds`` name the draw, see the module
+        docstring). ``greedy`` and ``baseline`` need the program's own sampling and are refused."""
+        if len(seeds) != len(task_ids):
+            raise ValueError("one seed per task")
+        if baseline:
+            raise ConfigError("an agent program has no greedy baseline episode (ReMax); choose another estimator")
+        if greedy:
+            raise ConfigError("an agent program samples as its own requests say; greedy evaluation is the program's "
+                              "choice (temperature 0), so set train.eval_greedy: false")
+        self._ensure_gateway()
+        self._store.clear()  # a call a timed-out copy of an earlier round left running lands in no trajectory
+        self._round += 1
+        G = self.group_size
+        trajs = [Trajectory(traj=i * G + j, group=i, task_id=str(t), seed=None if seeds[i] is None else int(seeds[i]))
+                 for i, t in enumerate(task_ids) for j in range(G)]
+        sessions = [f"program-r{self._round}-{k}" for k in range(len(trajs))]
+        t0 = time.perf_counter()
+        outcomes = asyncio.run(self._run_all(trajs, sessions))
+        wall = time.perf_counter() - t0
+        if not self._server.thread.is_alive():
+            raise RuntimeError("the policy gateway stopped serving during the rollout; nothing of this step was "
+                               "trained. Resume from the run's last checkpoint (stratagym train ... --resume).")
+        tokens, dropped = 0, {"raised": 0, "timeout": 0, "no_calls": 0, "too_many_calls": 0}
+        checked = append_only = 0
+        for t, session, (status, value) in zip(trajs, sessions, outcomes):
+            calls = self._store.pop(session)
+            if status == "ok" and not calls:
+                status, value = "no_calls", "the program never called the model"
+            elif status == "ok" and len(calls) > self.max_turns:
+                status, value = "too_many_calls", f"{len(calls)} model calls, more than rollout.max_turns {self.max_turns}"
+            if status != "ok":
+                dropped[status] += 1
+                t.failed, t.error = True, f"program {status}: {value}"
+            else:
+                trajectory_from_calls(t, calls, value, context_k=self.program.context_k)
+                tokens += sum(len(c.response_ids) for c in calls)
+                checked += sum(c.append_only is not None for c in calls)
+                append_only += sum(c.append_only is True for c in calls)
+            if on_episode is not None:
+                on_episode(t)
+        extra = {f"program/dropped_{k}": float(v) for k, v in dropped.items()}
+        extra["program/append_only"] = append_only / checked if checked else 1.0
+        extra["program/checked_calls"] = float(checked)
+        return RolloutBatch(trajs, generate_seconds=wall, env_seconds=0.0, total_seconds=wall, generated_tokens=tokens,
+                            turns=max((len(t.steps) for t in trajs), default=0), extra=extra)
+
+    async def _run_all(self, trajs: list[Trajectory], sessions: list[str]) -> list[tuple[str, Any]]:
+        import httpx
+        import openai
+
+        async with httpx.AsyncClient(timeout=httpx.Timeout(self.program.timeout_s + 5.0)) as http:
+            async def one(t: Trajectory, session: str) -> tuple[str, Any]:
+                task = self.program.task(t.task_id)
+                client = openai.AsyncOpenAI(base_url=self.base_url, api_key=session, max_retries=0,
+                                            default_headers={"X-Session-Id": session}, http_client=http)
+                try:
+                    result = await asyncio.wait_for(self.program.agent(client, dict(task)), self.program.timeout_s)
+                except asyncio.TimeoutError:
+                    return "timeout", f"ran past timeout_s {self.program.timeout_s:g}"
+                except Exception as exc:  # the user's program: its failure is one dropped rollout, not the run's
+                    return "raised", f"{type(exc).__name__}: {exc}"
+                if self.program.reward is None:
+                    if not isinstance(result, (int, float)):  # bool included: True is reward 1
+                        return "raised", (f"the program returned {type(result).__name__}, not a reward: return a "
+                                          "number, or give the AgentProgram a reward(task, result) function")
+                    return "ok", float(result)
+                try:
+                    return "ok", float(self.program.reward(dict(task), result))
+                except Exception as exc:
+                    return "raised", f"reward: {type(exc).__name__}: {exc}"
+
+            return list(await asyncio.gather(*(one(t, s) for t, s in zip(trajs, sessions))))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+def collector_for(env_id: str, env_kwargs: Optional[dict[str, Any]], policy: Any, *, group_size: int, max_turns: int,
+                  pool: Callable[[], Any]) -> Any:
+    """The rollout collector of a recipe's env: a :class:`ProgramCollector` for ``program:...``, else a
+    :class:`~stratagym.training.rollout.collector.RolloutCollector` over the env pool ``pool()`` makes."""
+    if is_program(env_id):
+        return ProgramCollector(load_program(env_id, env_kwargs), policy, group_size=group_size, env_id=env_id,
+                                max_turns=max_turns)
+    from stratagym.training.rollout.collector import RolloutCollector
+
+    return RolloutCollector(env_id, policy, group_size=group_size, pool=pool(), max_turns=max_turns)

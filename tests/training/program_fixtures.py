@@ -1,0 +1,41 @@
+"""Agent programs for tests/training/test_program_source.py: plain ``openai``-client loops, as a user writes them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from stratagym.training.rollout.program import AgentProgram
+
+TASKS = [{"id": "ask-a", "prompt": "Say a word with the letter a."},
+         {"id": "ask-b", "prompt": "Say a word with the letter b."}]
+
+
+async def two_turns(client: Any, task: dict[str, Any]) -> float:
+    """Asks, sends the reply back with a follow-up, and is rewarded for an even-length second reply."""
+    messages = [{"role": "user", "content": task["prompt"]}]
+    first = await client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content or ""},
+                 {"role": "user", "content": "Another one."}]
+    second = await client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
+    return float(len(second.choices[0].message.content or "") % 2 == 0)
+
+
+def make_program(timeout_s: float = 60.0) -> AgentProgram:
+    return AgentProgram(agent=two_turns, tasks=TASKS, timeout_s=timeout_s)
+
+
+async def faulty(client: Any, task: dict[str, Any]) -> float:
+    """One program, four behaviours by task: answers once, raises, hangs, or never calls the model."""
+    kind = task["kind"]
+    if kind == "raise":
+        raise ValueError("the tool server is down")
+    if kind == "hang":
+        await asyncio.sleep(3600)
+    if kind == "silent":
+        return 1.0
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    return "yes" if kind == "text" else 1.0
+
+
+FAULT_TASKS = [{"id": k, "kind": k} for k in ("ok", "raise", "hang", "silent", "text")]

@@ -1,0 +1,167 @@
+"""Agent programs as a rollout source (issue 51 item 2): G copies of an ``openai``-client loop per task run
+against the policy gateway, and the trainer trains on the token ids the gateway recorded.
+
+Pinned: each call becomes one step whose payload is exactly the recorded prompt ids, sampled ids and
+sampling log-probs; the program's reward lands on its last call; structure (observation hashes, context
+levels, tool-call counts) is filled like an env's, so a group's copies share the first state; copies that
+raise, hang or never call the model are dropped and counted, never trained on; and ``stratagym train``'s
+Trainer runs a program recipe with a step-level estimator (GiGPO) and moves the weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from stratagym.agents.llm import LLMConfig, LLMPolicy
+from stratagym.agents.policy import unwrap_model
+from stratagym.agents.tiny_lm import tiny_lm_path
+from stratagym.envs.hashing import stable_hash
+from stratagym.errors import ConfigError
+from stratagym.training.config import RecipeConfig
+from stratagym.training.rollout.program import AgentProgram, ProgramCollector, load_program
+from stratagym.training.trainer import Trainer
+from tests.training import program_fixtures as fx
+
+PROGRAM_ID = "program:tests.training.program_fixtures:make_program"
+
+
+@pytest.fixture(scope="module")
+def tiny_policy():
+    policy = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=8))
+    policy.eval()
+    return policy
+
+
+def test_calls_become_steps_with_the_recorded_ids(tiny_policy):
+    collector = ProgramCollector(fx.make_program(), tiny_policy, group_size=3)
+    try:
+        batch = collector.collect(["ask-a", "ask-b"], [0, 1])
+    finally:
+        collector.close()
+    assert len(batch.trajectories) == 6 and not any(t.failed for t in batch.trajectories)
+    assert [t.group for t in batch.trajectories] == [0, 0, 0, 1, 1, 1]
+    tok = tiny_policy.tokenizer
+    for t in batch.trajectories:
+        first, second = t.steps
+        assert t.task_id == ("ask-a" if t.group == 0 else "ask-b") and t.terminated
+        for s in t.steps:
+            p = s.payload
+            assert p["prompt_ids"].dtype == torch.long and p["sampling_logprobs"].shape == p["response_ids"].shape
+            assert s.num_tokens == p["response_ids"].numel() > 0
+            assert s.search_count == 0 and s.action_valid
+            assert torch.all(p["sampling_logprobs"] <= 0)
+        # the first prompt is the policy's own rendering of the program's first message
+        task = fx.TASKS[t.group]
+        rendered = tiny_policy.prompt_ids([tiny_policy.render([{"role": "user", "content": task["prompt"]}])])[0]
+        assert first.payload["prompt_ids"].tolist() == rendered
+        # the program's reward on its last call only, as an env's terminal reward
+        assert first.reward == 0.0 and second.reward == t.score == float(len(second.text) % 2 == 0)
+        # context levels: the first call has one, the second two (its own observation after the first's)
+        assert len(first.context) == 1 and len(second.context) == 2 and second.context[0] == second.state_hash
+        assert second.observation != first.observation and "Another one." in second.observation
+        assert tok.decode(second.payload["response_ids"].tolist(), skip_special_tokens=True).strip() != "" or second.text == ""
+    # copies of a task share the first state (GiGPO's anchor), the two tasks do not
+    by_group = {g: {t.steps[0].state_hash for t in batch.trajectories if t.group == g} for g in (0, 1)}
+    assert len(by_group[0]) == len(by_group[1]) == 1 and by_group[0] != by_group[1]
+    assert batch.trajectories[0].steps[0].state_hash == stable_hash(batch.trajectories[0].steps[0].observation)
+    m = batch.metrics()
+    assert m["rollout/episodes"] == 6 and m["rollout/failed"] == 0 and m["rollout/turns"] == 2
+    assert m["program/checked_calls"] == 6 and 0.0 <= m["program/append_only"] <= 1.0
+    assert m["rollout/tokens"] == sum(s.num_tokens for t in batch.trajectories for s in t.steps)
+
+
+def test_faulty_copies_are_dropped_and_counted(tiny_policy):
+    program = AgentProgram(agent=fx.faulty, tasks=fx.FAULT_TASKS, timeout_s=1.0)
+    collector = ProgramCollector(program, tiny_policy, group_size=2)
+    try:
+        batch = collector.collect([t["id"] for t in fx.FAULT_TASKS], [0] * 5)
+        again = collector.collect(["ok"], [0])  # the gateway serves on after every fault
+    finally:
+        collector.close()
+    by_task = {t.task_id: t for t in batch.trajectories}
+    assert not by_task["ok"].failed and by_task["ok"].score == 1.0 and len(by_task["ok"].steps) == 1
+    assert by_task["raise"].failed and "ValueError: the tool server is down" in by_task["raise"].error
+    assert by_task["hang"].failed and "timeout" in by_task["hang"].error
+    assert by_task["silent"].failed and "never called the model" in by_task["silent"].error
+    assert by_task["text"].failed and "not a reward" in by_task["text"].error
+    assert all(not t.steps for t in batch.trajectories if t.failed)  # nothing of a dropped copy is trained
+    m = batch.metrics()
+    assert m["rollout/failed"] == 8 and m["rollout/episodes"] == 10
+    assert (m["program/dropped_raised"], m["program/dropped_timeout"], m["program/dropped_no_calls"]) == (4.0, 2.0, 2.0)
+    assert [t.failed for t in again.trajectories] == [False, False]
+
+
+def test_a_reward_function_scores_the_programs_result(tiny_policy):
+    async def answer(client, task):
+        r = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        return r.choices[0].message.content
+
+    program = AgentProgram(agent=answer, tasks=[{"id": "x", "gold": "z"}], reward=lambda task, text: 0.25 + (task["gold"] in text))
+    collector = ProgramCollector(program, tiny_policy, group_size=2)
+    try:
+        batch = collector.collect(["x"], [0])
+    finally:
+        collector.close()
+    for t in batch.trajectories:
+        assert t.score == 0.25 + ("z" in t.steps[0].text)
+
+
+def test_program_names_and_tasks_are_checked_with_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="package.module:name"):
+        load_program("program:nomodule")
+    with pytest.raises(ConfigError, match="cannot import"):
+        load_program("program:no_such_module_xyz:agent")
+    with pytest.raises(ConfigError, match="has no 'nope'"):
+        load_program("program:tests.training.program_fixtures:nope")
+    with pytest.raises(ConfigError, match="needs tasks"):
+        load_program("program:tests.training.program_fixtures:two_turns")
+    with pytest.raises(ConfigError, match="async def"):
+        AgentProgram(agent=lambda c, t: 1.0, tasks=fx.TASKS)
+    with pytest.raises(ConfigError, match="unique"):
+        AgentProgram(agent=fx.two_turns, tasks=[{"id": "a"}, {"id": "a"}])
+    with pytest.raises(ConfigError, match="does not take"):
+        load_program(PROGRAM_ID, {"nope": 1})
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text('{"id": "a"}\nnot json\n')
+    with pytest.raises(ConfigError, match="tasks.jsonl:2"):
+        load_program("program:tests.training.program_fixtures:two_turns", {"tasks": str(bad)})
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n')
+    prog = load_program("program:tests.training.program_fixtures:two_turns", {"tasks": str(good), "timeout_s": 5})
+    assert prog.task_ids() == ["a", "b"] and prog.timeout_s == 5.0
+    # a recipe is checked when it is read: a greedy eval cannot be a program's
+    with pytest.raises(ConfigError, match="eval_greedy: false"):
+        RecipeConfig.from_dict(_recipe(tmp_path, train={"eval_every": 1}))
+
+
+def _recipe(out, estimator: str = "gigpo", **sections) -> dict:
+    recipe = {
+        "name": "program", "policy": {"model": "tiny", "max_new_tokens": 6},
+        "env": {"id": PROGRAM_ID, "kwargs": {"timeout_s": 60}},
+        "rollout": {"group_size": 2, "tasks_per_step": 2, "max_turns": 4},
+        "algorithm": {"estimator": estimator}, "optim": {"lr": 1.0e-2},
+        "train": {"total_steps": 2, "output_dir": str(out), "save_every": 0, "progress": False, "tensorboard": False},
+    }
+    for key, value in sections.items():
+        recipe[key] = {**recipe.get(key, {}), **value}
+    return recipe
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo"])
+def test_the_trainer_trains_a_program(tmp_path, estimator):
+    trainer = Trainer(RecipeConfig.from_dict(_recipe(tmp_path, estimator)))
+    try:
+        before = {k: v.clone() for k, v in unwrap_model(trainer.policy.model).state_dict().items()}
+        rows = trainer.train()
+        after = unwrap_model(trainer.policy.model).state_dict()
+    finally:
+        trainer.close()
+    assert len(rows) == 2
+    for row in rows:
+        assert row["rollout/episodes"] == 4 and row["rollout/failed"] == 0 and row["rollout/turns"] == 2
+        assert math.isfinite(row["loss/loss"]) and "program/append_only" in row
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert trainer.provenance()[-1]["task_ids"]  # the tasks drawn are the checkpoint's training set
