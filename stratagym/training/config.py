@@ -104,6 +104,10 @@ class RolloutConfig:
     parity_max: "Optional[float | str]" = "auto"
     parity_mean_max: "Optional[float | str]" = "auto"
     parity_tol: float = 0.1
+    # agent programs (env.id: program:..., docs/gateway.md): stop the run at a step where fewer than this
+    # share of the programs' calls extend their session's earlier prompt + sampled ids (null: off; the
+    # share is logged as program/append_only either way)
+    append_only_min: Optional[float] = None
     # asynchronous rollouts (stratagym/training/async_rollout.py, docs/async.md): ``async_workers`` Ray
     # actors, each with a policy copy, generate while the learner trains; a step's groups are trained at
     # most ``max_staleness`` policy versions after they were sampled (0 = the synchronous trainer, exactly)
@@ -298,6 +302,9 @@ class RecipeConfig:
                 ok = False
             if not ok:
                 raise ConfigError(f"rollout.{name} must be > 0, auto (the dtype's bound) or null (off), got {value!r}")
+        aom = self.rollout.append_only_min
+        if aom is not None and not (isinstance(aom, (int, float)) and 0.0 <= float(aom) <= 1.0):
+            raise ConfigError(f"rollout.append_only_min must be a share in [0, 1] or null (off), got {aom!r}")
         if not float(self.rollout.parity_tol) > 0:
             raise ConfigError(f"rollout.parity_tol must be > 0, got {self.rollout.parity_tol!r}")
         self._validate_async()

@@ -76,7 +76,7 @@ from stratagym.training.rollout import (
     shape_rewards,
 )
 from stratagym.training.rollout.dynamic import collect_informative
-from stratagym.training.rollout.program import collector_for, is_program
+from stratagym.training.rollout.program import check_append_only, collector_for, is_program
 from stratagym.errors import ConfigError
 from stratagym.provenance import inherited_stages
 from stratagym.training.metrics_log import MetricsLog
@@ -357,6 +357,7 @@ class Trainer(TrainerUpdate):
         sync0 = self.hooks.weight_sync_seconds  # seconds loading new weights into an engine, or None
         before = self.hooks.prompt_reuse_stats()
         batch = self.rollout()
+        check_append_only(batch, self.config.rollout.append_only_min, getattr(self.policy, "tokenizer", None))
         # keys/values kept for the next turn's prompts are of no use once the rollout is over (the update
         # changes the weights): free them before the update's activations need the memory
         self.hooks.release_generation_cache()

@@ -39,3 +39,29 @@ async def faulty(client: Any, task: dict[str, Any]) -> float:
 
 
 FAULT_TASKS = [{"id": k, "kind": k} for k in ("ok", "raise", "hang", "silent", "text")]
+
+
+async def rewriter(client: Any, task: dict[str, Any]) -> float:
+    """Sends its earlier reply back rewritten (as programs that strip or reformat replies do)."""
+    messages = [{"role": "user", "content": task["prompt"]}]
+    await client.chat.completions.create(model="policy", messages=messages, max_tokens=4)
+    messages += [{"role": "assistant", "content": "EDITED REPLY"}, {"role": "user", "content": "Again."}]
+    await client.chat.completions.create(model="policy", messages=messages, max_tokens=4)
+    return 1.0
+
+
+def make_rewriter() -> AgentProgram:
+    return AgentProgram(agent=rewriter, tasks=TASKS, timeout_s=60.0)
+
+
+#: called by ``stops_gateway`` once it has a reply (a test points it at the gateway's stop)
+ON_FIRST_REPLY: list[Any] = []
+
+
+async def stops_gateway(client: Any, task: dict[str, Any]) -> float:
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    if ON_FIRST_REPLY:
+        ON_FIRST_REPLY.pop()()
+    await asyncio.sleep(1.0)
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "again"}], max_tokens=2)
+    return 1.0

@@ -165,3 +165,43 @@ def test_the_trainer_trains_a_program(tmp_path, estimator):
         assert math.isfinite(row["loss/loss"]) and "program/append_only" in row
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert trainer.provenance()[-1]["task_ids"]  # the tasks drawn are the checkpoint's training set
+
+
+def test_a_program_that_rewrites_its_replies_stops_at_append_only_min(tmp_path):
+    """Every second call renders "EDITED REPLY" where the model's sampled reply was: none is append-only,
+    so rollout.append_only_min stops the run at its first step, naming where the ids part and both texts."""
+    from stratagym.training.rollout.program import TemplateDriftError
+
+    recipe = _recipe(tmp_path, "grpo", rollout={"append_only_min": 0.5})
+    recipe["env"] = {"id": "program:tests.training.program_fixtures:make_rewriter"}
+    trainer = Trainer(RecipeConfig.from_dict(recipe))
+    try:
+        with pytest.raises(TemplateDriftError) as err:
+            trainer.train()
+        assert trainer.step == 0  # nothing was trained on the re-rendered conversation
+        assert trainer.collector.first_divergence is not None
+    finally:
+        trainer.close()
+    msg = str(err.value)
+    assert "0.000 of this step's 4 checked program calls" in msg and "rollout.append_only_min 0.5" in msg
+    assert "call 1, token" in msg and "re-rendered 'EDITED" in msg
+    with pytest.raises(ConfigError, match="append_only_min must be a share"):
+        RecipeConfig.from_dict(_recipe(tmp_path, rollout={"append_only_min": 2}))
+
+
+def test_a_gateway_that_dies_mid_step_is_a_clear_error_and_the_next_step_serves_again(tiny_policy):
+    from stratagym.training.rollout.program import GatewayStopped
+
+    program = AgentProgram(agent=fx.stops_gateway, tasks=[{"id": "k"}], timeout_s=30.0)
+    collector = ProgramCollector(program, tiny_policy, group_size=2)
+    try:
+        collector.base_url  # starts the gateway
+        fx.ON_FIRST_REPLY.append(lambda: collector._server.stop(timeout=0.1))
+        with pytest.raises(GatewayStopped, match="--resume"):
+            collector.collect(["k"], [0])
+        # a new step starts a new gateway (a killed trainer resumes from its checkpoint the same way)
+        batch = collector.collect(["k"], [0])
+        assert [t.failed for t in batch.trajectories] == [False, False]
+    finally:
+        fx.ON_FIRST_REPLY.clear()
+        collector.close()

@@ -32,6 +32,7 @@ import asyncio
 import importlib
 import inspect
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,10 @@ from stratagym.envs.hashing import ContextTracker, stable_hash
 from stratagym.errors import ConfigError
 from stratagym.training.rollout.records import RolloutBatch, StepRecord, Trajectory
 
-__all__ = ["PROGRAM_PREFIX", "PROGRAM_METADATA_KEYS", "AgentProgram", "ProgramCollector", "collector_for", "is_program",
-           "load_program", "trajectory_from_calls"]
+__all__ = ["PROGRAM_PREFIX", "PROGRAM_METADATA_KEYS", "AgentProgram", "ProgramCollector", "TemplateDriftError", "GatewayStopped",
+           "check_append_only", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
+
+log = logging.getLogger(__name__)
 
 #: ``env.id: "program:package.module:attr"`` names an agent program instead of a gymnasium env
 PROGRAM_PREFIX = "program:"
@@ -54,6 +57,45 @@ PROGRAM_METADATA_KEYS = ("state_hash", "context_hashes", "search_count", "action
 
 AgentFn = Callable[[Any, dict[str, Any]], Awaitable[Any]]
 RewardFn = Callable[[dict[str, Any], Any], float]
+
+
+class TemplateDriftError(ConfigError):
+    """A step's share of append-only calls fell below ``rollout.append_only_min``: the program re-renders
+    earlier turns differently from what was sampled (docs/gateway.md)."""
+
+
+class GatewayStopped(RuntimeError):
+    """The policy gateway died while a step's programs ran (the step is lost; the run resumes from its checkpoint)."""
+
+
+def describe_divergence(trajectory: Trajectory, step: int, tokenizer: Any, width: int = 12) -> str:
+    """Where step ``step``'s prompt stops extending the previous step's prompt + sampled ids: the position
+    and both decoded strings from there (what was sampled, what the program's next request rendered)."""
+    prev, cur = trajectory.steps[step - 1].payload, trajectory.steps[step].payload
+    sampled = prev["prompt_ids"].tolist() + prev["response_ids"].tolist()
+    at = trajectory.steps[step].info.get("first_diff")
+    at = len(sampled) if at is None else int(at)
+    was = tokenizer.decode(sampled[at:at + width])
+    now = tokenizer.decode(cur["prompt_ids"].tolist()[at:at + width])
+    return (f"task {trajectory.task_id!r} copy {trajectory.traj}, call {step}, token {at} of {len(sampled)} sampled "
+            f"so far: sampled {was!r}, re-rendered {now!r}")
+
+
+def check_append_only(batch: RolloutBatch, minimum: Optional[float], tokenizer: Any) -> None:
+    """Stop the run (:class:`TemplateDriftError`) when the batch's share of append-only program calls is
+    below ``minimum`` (``rollout.append_only_min``; None: off). The learner checks it, so it holds for
+    ``rollout.mode: async`` as for the synchronous trainer."""
+    share, checked = batch.extra.get("program/append_only"), batch.extra.get("program/checked_calls", 0.0)
+    if minimum is None or share is None or not checked or float(share) >= float(minimum):
+        return
+    first = next(((t, i) for t in batch.ok for i, s in enumerate(t.steps) if s.info.get("append_only") is False), None)
+    where = describe_divergence(first[0], first[1], tokenizer) if first is not None else "not kept"
+    raise TemplateDriftError(
+        f"{float(share):.3f} of this step's {int(checked)} checked program calls extend their session's earlier prompt + "
+        f"sampled ids, below rollout.append_only_min {minimum}; first divergence: {where}. The program re-renders "
+        "earlier turns differently from what the model sampled: keep its replies verbatim (and the chat template's "
+        "thinking blocks), or lower rollout.append_only_min (null turns the check off). `stratagym check-template "
+        "MODEL` audits a chat template offline.")
 
 
 def is_program(env_id: str) -> bool:
@@ -223,6 +265,8 @@ class ProgramCollector:
             raise ConfigError(f"group_size must be >= 1, got {group_size}")
         self.program, self.policy, self.group_size = program, policy, int(group_size)
         self.env_id, self.max_turns, self.host = env_id, int(max_turns), host
+        #: the run's first call that did not extend its session's previous call (described; logged once), if any
+        self.first_divergence: Optional[str] = None
         self._server: Any = None
         self._store: Any = None
         self._round = 0
@@ -269,9 +313,12 @@ class ProgramCollector:
         t0 = time.perf_counter()
         outcomes = asyncio.run(self._run_all(trajs, sessions))
         wall = time.perf_counter() - t0
+        if all(status != "ok" for status, _ in outcomes):
+            self._server.thread.join(5.0)  # every copy failed: see whether the gateway itself went away
         if not self._server.thread.is_alive():
-            raise RuntimeError("the policy gateway stopped serving during the rollout; nothing of this step was "
-                               "trained. Resume from the run's last checkpoint (stratagym train ... --resume).")
+            self._server = None  # the next collect starts a new one
+            raise GatewayStopped("the policy gateway stopped serving during the rollout, so nothing of this step was "
+                                 "trained; resume the run from its last checkpoint (stratagym train CONFIG --resume)")
         tokens, dropped = 0, {"raised": 0, "timeout": 0, "no_calls": 0, "too_many_calls": 0}
         checked = append_only = 0
         for t, session, (status, value) in zip(trajs, sessions, outcomes):
@@ -288,6 +335,11 @@ class ProgramCollector:
                 tokens += sum(len(c.response_ids) for c in calls)
                 checked += sum(c.append_only is not None for c in calls)
                 append_only += sum(c.append_only is True for c in calls)
+                broken = next((i for i, c in enumerate(calls) if c.append_only is False), None)
+                if broken is not None and self.first_divergence is None:
+                    self.first_divergence = describe_divergence(t, broken, self.policy.tokenizer)
+                    log.warning("the agent program's requests do not extend what was sampled (the trainer scores "
+                                "the sampled ids): %s", self.first_divergence)
             if on_episode is not None:
                 on_episode(t)
         extra = {f"program/dropped_{k}": float(v) for k, v in dropped.items()}
