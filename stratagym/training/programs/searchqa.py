@@ -22,12 +22,12 @@ from stratagym.agents.tool_messages import hermes_calls
 from stratagym.envs.search_qa.tools import TOOLS
 from stratagym.training.rollout.program import AgentProgram
 
-__all__ = ["ENV_ID", "searchqa_program"]
+__all__ = ["ENV_ID", "EnvPool", "searchqa_program"]
 
 ENV_ID = "stratagym/SearchQA-v0"
 
 
-class _EnvPool:
+class EnvPool:
     """SearchQA envs for concurrent copies: a copy takes a free env (one is made when none is free) and
     gives it back; the copies share one event loop, so no lock is needed."""
 
@@ -53,7 +53,7 @@ def searchqa_program(*, tasks: Optional[int] = None, timeout_s: float = 300.0, t
                      max_tokens: Optional[int] = None, context_k: int = 4, **env_kwargs: Any) -> AgentProgram:
     """The SearchQA ``openai``-loop program over the questions of ``env_kwargs``' split (the first ``tasks``)."""
     env_kwargs = {**env_kwargs, "protocol": "tools"}
-    pool = _EnvPool(env_kwargs)
+    pool = EnvPool(env_kwargs)
     probe = pool.take()
     ids = list(probe.task_ids())[: tasks if tasks is not None else None]
     schemas = TOOLS.schemas()
