@@ -29,7 +29,15 @@ from typing import Iterable, Sequence
 
 from stratagym.atomic import atomic_write, publish_folder
 from stratagym.envs.alfworld import paths
-from stratagym.envs.alfworld.generator import TASK_TYPES, GameRecord, combo, game_json, problem_digest, traj_data
+from stratagym.envs.alfworld.generator import (  # noqa: F401  (problem_pddl: re-exported, the translator tests and benchmark read it here)
+    TASK_TYPES,
+    GameRecord,
+    combo,
+    game_json,
+    problem_digest,
+    problem_pddl,
+    traj_data,
+)
 from stratagym.envs.alfworld.runtime import logic_files  # re-exported: the CLI and tests read it from here
 from stratagym.errors import ConfigError
 from stratagym.jsonl import read_jsonl
