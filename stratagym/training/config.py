@@ -34,7 +34,7 @@ from stratagym.algorithms.registry import get_estimator, get_policy_loss
 from stratagym.envs.hints import unknown_env_message, valid_env_kwargs
 from stratagym.envs.registry import register_all
 from stratagym.errors import ConfigError
-from stratagym.training.rollout.program import is_program, load_program
+from stratagym.training.rollout.program import check_program, is_program
 
 __all__ = [
     "EnvConfig",
@@ -279,8 +279,8 @@ class RecipeConfig:
         if not self.env.id:
             raise ConfigError("env.id is missing: name a registered env, e.g. env: {id: stratagym/SearchQA-v0}")
         self.env.task_slice()
-        if is_program(self.env.id):  # an agent program: it is imported now, so a bad name fails before the model loads
-            load_program(self.env.id, self.env.kwargs)
+        if is_program(self.env.id):  # an agent program: imported and checked now, so a bad name fails before the model loads
+            check_program(self.env.id, self.env.kwargs)
             if self.train.eval_every and self.train.eval_greedy:
                 raise ConfigError("train.eval_every evaluates greedily, but an agent program samples as its own "
                                   "requests say: set train.eval_greedy: false (the program picks its temperature)")

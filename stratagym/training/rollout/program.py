@@ -45,7 +45,7 @@ from stratagym.errors import ConfigError
 from stratagym.training.rollout.records import RolloutBatch, StepRecord, Trajectory
 
 __all__ = ["PROGRAM_PREFIX", "PROGRAM_METADATA_KEYS", "AgentProgram", "ProgramCollector", "TemplateDriftError", "GatewayStopped",
-           "check_append_only", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
+           "check_append_only", "check_program", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,36 @@ def _read_tasks(tasks: Any) -> list[dict[str, Any]]:
     return list(tasks or [])
 
 
+_AGENT_KWARGS = ("tasks", "reward", "timeout_s", "context_k")
+
+
+def check_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> Any:
+    """Import what ``env.id`` names and check its kind and ``env.kwargs`` without building anything (a
+    factory may load data): a recipe is checked when it is read, before the model loads. Returns the object."""
+    kwargs = dict(kwargs or {})
+    spec = str(env_id)[len(PROGRAM_PREFIX):] if is_program(env_id) else str(env_id)
+    obj = _import(spec, "env.id program")
+    if isinstance(obj, AgentProgram):
+        if kwargs:
+            raise ConfigError(f"{spec!r} is a ready AgentProgram and takes no env.kwargs; got {sorted(kwargs)}")
+    elif inspect.iscoroutinefunction(obj):
+        unknown = sorted(set(kwargs) - set(_AGENT_KWARGS))
+        if unknown:
+            raise ConfigError(f"an agent function takes env.kwargs {', '.join(_AGENT_KWARGS)}; got {unknown}")
+        if kwargs.get("tasks") is None:
+            raise ConfigError(f"an agent program needs tasks: give env.kwargs.tasks (a list, or a JSONL file) for {spec!r}")
+    elif callable(obj):
+        try:
+            inspect.signature(obj).bind(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"program factory {spec!r} does not take env.kwargs {sorted(kwargs)}: {exc}") from None
+        except ValueError:  # no signature to read (a builtin): the call will tell
+            pass
+    else:
+        raise ConfigError(f"{spec!r} is neither an AgentProgram, a factory of one, nor an `async def agent(client, task)`")
+    return obj
+
+
 def load_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> AgentProgram:
     """The :class:`AgentProgram` that ``env.id`` (``program:module:attr``) and ``env.kwargs`` name.
 
@@ -177,29 +207,18 @@ def load_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> AgentP
     and optionally ``reward`` (``module:name``), ``timeout_s`` and ``context_k``.
     """
     kwargs = dict(kwargs or {})
-    spec = str(env_id)[len(PROGRAM_PREFIX):] if is_program(env_id) else str(env_id)
-    obj = _import(spec, "env.id program")
+    obj = check_program(env_id, kwargs)
     if isinstance(obj, AgentProgram):
-        if kwargs:
-            raise ConfigError(f"{spec!r} is a ready AgentProgram and takes no env.kwargs; got {sorted(kwargs)}")
         return obj
     if inspect.iscoroutinefunction(obj):
-        unknown = sorted(set(kwargs) - {"tasks", "reward", "timeout_s", "context_k"})
-        if unknown:
-            raise ConfigError(f"an agent function takes env.kwargs tasks, reward, timeout_s, context_k; got {unknown}")
         reward = kwargs.get("reward")
         return AgentProgram(agent=obj, tasks=_read_tasks(kwargs.get("tasks")),
                             reward=_import(reward, "env.kwargs.reward") if isinstance(reward, str) else reward,
                             timeout_s=float(kwargs.get("timeout_s", 300.0)), context_k=int(kwargs.get("context_k", 4)))
-    if callable(obj):
-        try:
-            made = obj(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"program factory {spec!r} does not take env.kwargs {sorted(kwargs)}: {exc}") from None
-        if isinstance(made, AgentProgram):
-            return made
-        raise ConfigError(f"program factory {spec!r} returned {type(made).__name__}, not an AgentProgram")
-    raise ConfigError(f"{spec!r} is neither an AgentProgram, a factory of one, nor an `async def agent(client, task)`")
+    made = obj(**kwargs)
+    if isinstance(made, AgentProgram):
+        return made
+    raise ConfigError(f"program factory {str(env_id)!r} returned {type(made).__name__}, not an AgentProgram")
 
 
 # --------------------------------------------------------------------------------------------------
