@@ -39,6 +39,10 @@ DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
         "I'm ready to assist you. What's your next question?"] * 2),
     "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.772, 2.092], [
         "I'm ready to assist you. What's your next question?"] * 2),
+    # planner demonstrations on 4 generated pick-and-place games (the alfworld_games fixture), recorded 2026-12-02
+    "sft-smollm2-lora-alfworld-planner.yaml": ("08ec298aaaf4", [1.967, 2.2], [
+        "I'm ready to assist you. What's your next question?",
+        "I'm ready to assist you. Please go ahead and present the current situation."]),
 }
 
 SMALL = {"sft.max_steps": 2, "sft.batch_size": 2, "sft.warmup_steps": 0, "sft.save_steps": 1000,
@@ -54,10 +58,27 @@ def worlds(tmp_path_factory) -> Path:
     return out
 
 
-def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path):
+@pytest.fixture(scope="module")
+def alfworld_games(tmp_path_factory) -> Path:
+    """A small stand-in for the ALFWorld planner recipe's 240 generated train games (build/alfworld-planner-sft):
+    the first 4 pick-and-place games the same command makes (seed 100, seen rooms, evaluation games left out)."""
+    from stratagym.envs.alfworld import generator as g
+    from stratagym.envs.alfworld.games import eval_exclusions, logic_files
+
+    root = tmp_path_factory.mktemp("alfworld-planner-sft")
+    held_out, (domain, grammar) = eval_exclusions(), logic_files()
+    task = "pick_and_place_simple"
+    for record in g.generate_games(task, 4, seed=100, floor_plans=g.floor_plans_for(task, unseen=False),
+                                   exclude_combos=held_out.combos, exclude_problems=held_out.problems):
+        g.write_game_folder(record, root / "json_2.1.1" / "train", domain, grammar)
+    return root
+
+
+def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_games: Path):
     from stratagym.training.sft import load_sft_recipe
 
-    raw = (REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds))
+    raw = ((REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds))
+           .replace("build/alfworld-planner-sft", str(alfworld_games)))
     path = tmp / name
     path.write_text(raw)
     over = {**SMALL, "output_dir": str(tmp / "run"), "export": str(tmp / "export")}
@@ -72,8 +93,8 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-webshop.yaml",
-                                  "sft-smollm2-lora-valuecorridor.yaml"])
-def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds):
+                                  "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml"])
+def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
     import gymnasium as gym
 
     from stratagym.agents.llm import LLMPolicy
@@ -82,7 +103,7 @@ def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, wo
     from stratagym.training.demos import read_demos
     from stratagym.training.sft import run_sft
 
-    recipe = _small_recipe(name, tmp_path, smollm2_model, worlds)
+    recipe = _small_recipe(name, tmp_path, smollm2_model, worlds, alfworld_games)
     meta = run_sft(recipe, progress=False, echo=lambda *_: None)
     policy = LLMPolicy.from_pretrained(str(recipe.export_dir), max_new_tokens=REPLY_TOKENS)
     env = gym.make(recipe.env.id, **dict(recipe.env.eval_kwargs or recipe.env.kwargs))
