@@ -350,7 +350,8 @@ class ProgramCollector:
                 dropped[status] += 1
                 t.failed, t.error = True, f"program {status}: {value}"
             else:
-                trajectory_from_calls(t, calls, value, context_k=self.program.context_k)
+                trajectory_from_calls(t, calls, value, context_k=self.program.context_k,
+                                      decode=self.policy.tokenizer.decode)  # a completions call's prompt is its observation
                 tokens += sum(len(c.response_ids) for c in calls)
                 checked += sum(c.append_only is not None for c in calls)
                 append_only += sum(c.append_only is True for c in calls)
