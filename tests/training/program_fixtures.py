@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from stratagym.envs.hashing import stable_hash
 from stratagym.training.rollout.program import AgentProgram
 
 TASKS = [{"id": "ask-a", "prompt": "Say a word with the letter a."},
@@ -12,13 +13,19 @@ TASKS = [{"id": "ask-a", "prompt": "Say a word with the letter a."},
 
 
 async def two_turns(client: Any, task: dict[str, Any]) -> float:
-    """Asks, sends the reply back with a follow-up, and is rewarded for an even-length second reply."""
+    """Asks, sends the reply back with a follow-up, and is rewarded by its second reply's text."""
     messages = [{"role": "user", "content": task["prompt"]}]
     first = await client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
     messages += [{"role": "assistant", "content": first.choices[0].message.content or ""},
                  {"role": "user", "content": "Another one."}]
     second = await client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
-    return float(len(second.choices[0].message.content or "") % 2 == 0)
+    return text_reward(second.choices[0].message.content or "")
+
+
+def text_reward(text: str) -> float:
+    """A reward in [0, 1) that differs between almost any two texts, so a group of sampled copies almost never
+    ties (a tied group has zero advantage, and a 2-step test run could then leave the weights where they were)."""
+    return (stable_hash(text) % 997) / 997
 
 
 def make_program(timeout_s: float = 60.0) -> AgentProgram:

@@ -58,7 +58,7 @@ def test_calls_become_steps_with_the_recorded_ids(tiny_policy):
         rendered = tiny_policy.prompt_ids([tiny_policy.render([{"role": "user", "content": task["prompt"]}])])[0]
         assert first.payload["prompt_ids"].tolist() == rendered
         # the program's reward on its last call only, as an env's terminal reward
-        assert first.reward == 0.0 and second.reward == t.score == float(len(second.text) % 2 == 0)
+        assert first.reward == 0.0 and second.reward == t.score == fx.text_reward(second.text)
         # context levels: the first call has one, the second two (its own observation after the first's)
         assert len(first.context) == 1 and len(second.context) == 2 and second.context[0] == second.state_hash
         assert second.observation != first.observation and "Another one." in second.observation
