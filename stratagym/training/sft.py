@@ -55,7 +55,7 @@ from stratagym.precision import resolve_dtype
 from stratagym.provenance import inherited_stages, write_provenance
 from stratagym.training.config import build_dataclass, read_yaml_mapping
 from stratagym.training.demos import collect_demos, demos_digest, read_demos, write_demos
-from stratagym.training.recipe import training_set_of
+from stratagym.training.recipe import seed_everything, training_set_of
 from stratagym.training.rollout import play
 
 __all__ = [
@@ -405,6 +405,11 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     t = _stage(times, "demos_s", t)
 
     # 2. tokenizer + base model
+    # Seeded here, not only by TRL's Trainer (which seeds when it is built, after the model): a from-scratch
+    # model's initial weights and a LoRA adapter's A matrices are drawn from the global RNG, so without this
+    # they depended on whatever ran earlier in the process (the first loss matched, since LoRA's B starts at
+    # zero, and the second did not).
+    seed_everything(recipe.sft.seed)
     compute = resolve_dtype(str(recipe.policy.get("dtype", "float32")), "cuda" if torch.cuda.is_available() else "cpu")
     template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
                                 recipe.policy.get("template"))

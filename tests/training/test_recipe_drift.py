@@ -29,20 +29,21 @@ REPO = Path(__file__).resolve().parents[2]
 #: how many tokens of each first reply are pinned
 REPLY_TOKENS = 16
 #: recipe -> (sha256 of the demonstrations' tasks and turns, first 12 hex; the two losses; the first greedy reply to each of the
-#: eval split's first two tasks), recorded 2026-12-02
-DRIFT: dict[str, tuple[str, list[float | None], list[str]]] = {
+#: eval split's first two tasks), recorded 2026-12-02 (second LoRA losses 2026-12-03)
+DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     # the 0.64M from-scratch model: 2 steps leave it answering newlines
     "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.053], ["\n" * 16, "\n" * 16]),
-    "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.859, 1.544], [
+    "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.859, 1.536], [
         "Saefan Rulei joined the Guild of the Knights of the Golden Lion,", 'Trou Drilath invented a device called a "Trou Drilath']),
-    "sft-smollm2-lora-webshop.yaml": ("0487887e615b", [2.176, 2.517], [
+    "sft-smollm2-lora-webshop.yaml": ("0487887e615b", [2.176, 2.503], [
         "I'm ready to assist you. What's your next question?"] * 2),
     "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.772, 2.092], [
         "I'm ready to assist you. What's your next question?"] * 2),
     # planner demonstrations on 4 generated pick-and-place games (the alfworld_games fixture), recorded 2026-12-02.
-    # The second loss is not pinned (None): it varied between processes (2.200, 2.210, 2.213) with the same
-    # demonstrations, first loss and replies -- a nondeterminism in this recipe's second step not yet found
-    "sft-smollm2-lora-alfworld-planner.yaml": ("08ec298aaaf4", [1.967, None], [
+    # Its second loss once varied between processes (2.200, 2.210, 2.213): the LoRA A matrices were drawn from
+    # the RNG state earlier tests left. run_sft now seeds before building the model, so every LoRA recipe's
+    # second loss was re-recorded 2026-12-03 (the two SearchQA/WebShop ones moved: 1.544 -> 1.536, 2.517 -> 2.503)
+    "sft-smollm2-lora-alfworld-planner.yaml": ("08ec298aaaf4", [1.967, 2.202], [
         "I'm ready to assist you. What's your next question?",
         "I'm ready to assist you. Please go ahead and present the current situation."]),
 }
@@ -124,5 +125,4 @@ def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, wo
     if name not in DRIFT:
         pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
     digest, losses, replies = DRIFT[name]
-    got_losses = [g if pin is not None else None for g, pin in zip(got[1], losses)]  # None: a loss left unpinned
-    assert (got[0], got_losses, got[2]) == (digest, losses, replies)
+    assert got == (digest, losses, replies)
