@@ -73,6 +73,25 @@ def test_calls_become_steps_with_the_recorded_ids(tiny_policy):
     assert m["rollout/tokens"] == sum(s.num_tokens for t in batch.trajectories for s in t.steps)
 
 
+def test_search_count_counts_the_programs_search_tools_only():
+    """A program's strata mean what the env's do: SearchQA's search_count counts searches, not the final
+    answer call (``AgentProgram.search_tools``); without search_tools every tool call counts."""
+    from stratagym.agents.gateway.sessions import CallRecord
+    from stratagym.training.rollout.program import trajectory_from_calls
+    from stratagym.training.rollout.records import Trajectory
+
+    def call(i, *names):
+        calls = [{"id": f"c{i}{k}", "type": "function", "function": {"name": n, "arguments": "{}"}} for k, n in enumerate(names)]
+        return CallRecord("s", i, "chat", [1, 2], [3], [-0.5], "x", "stop", messages=[{"role": "user", "content": str(i)}],
+                          tool_calls=calls)
+
+    calls = [call(0, "search"), call(1, "search", "search"), call(2), call(3, "answer")]
+    counted = [s.search_count for s in trajectory_from_calls(Trajectory(0, 0, "t", 0), calls, 1.0,
+                                                             search_tools=frozenset({"search"})).steps]
+    assert counted == [1, 3, 3, 3]
+    assert [s.search_count for s in trajectory_from_calls(Trajectory(0, 0, "t", 0), calls, 1.0).steps] == [1, 3, 3, 4]
+
+
 def test_faulty_copies_are_dropped_and_counted(tiny_policy):
     program = AgentProgram(agent=fx.faulty, tasks=fx.FAULT_TASKS, timeout_s=1.0)
     collector = ProgramCollector(program, tiny_policy, group_size=2)

@@ -53,6 +53,7 @@ class ScriptedClient:
 
 def test_the_loop_runs_tool_calls_through_the_env_and_is_rewarded_by_its_exact_match():
     program = searchqa_program(tasks=3)
+    assert program.search_tools == {"search"}  # search_count as the env counts it: the answer call is no search
     env = gym.make("stratagym/SearchQA-v0", protocol="tools").unwrapped
     example = env._by_id[program.task_ids()[0]]
     gold = example.golden_answers[0]
@@ -121,6 +122,7 @@ def test_the_agents_sdk_program_searches_through_the_env_and_is_rewarded():
     from stratagym.training.programs.searchqa_agents import INSTRUCTIONS, searchqa_agents_program
 
     program = searchqa_agents_program(tasks=2)
+    assert program.search_tools == {"search"}
     env = gym.make("stratagym/SearchQA-v0", protocol="tools").unwrapped
     example = env.example(program.task_ids()[0])
     client = ScriptedClient([_reply(None, ("search", {"query": example.question})), _reply(example.golden_answers[0])])

@@ -85,4 +85,5 @@ def searchqa_program(*, tasks: Optional[int] = None, timeout_s: float = 300.0, t
         finally:
             pool.give(env)
 
-    return AgentProgram(agent=agent, tasks=[{"id": str(i)} for i in ids], timeout_s=timeout_s, context_k=context_k)
+    return AgentProgram(agent=agent, tasks=[{"id": str(i)} for i in ids], timeout_s=timeout_s, context_k=context_k,
+                        search_tools=frozenset({"search"}))  # the env's search_count: searches, not the answer

@@ -79,4 +79,5 @@ def searchqa_agents_program(*, tasks: Optional[int] = None, timeout_s: float = 3
         finally:
             pool.give(env)
 
-    return AgentProgram(agent=agent, tasks=[{"id": str(i)} for i in ids], timeout_s=timeout_s, context_k=context_k)
+    return AgentProgram(agent=agent, tasks=[{"id": str(i)} for i in ids], timeout_s=timeout_s, context_k=context_k,
+                        search_tools=frozenset({"search"}))

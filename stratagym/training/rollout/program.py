@@ -14,7 +14,8 @@ Structure is recorded as an env records it, so every registered estimator applie
   turn; the whole conversation for the first call); ``state_hash`` is its :func:`stable_hash` and
   ``context`` the hashes of the last k+1 observations (:class:`ContextTracker`), so copies of a group that
   reach the same tool result share GiGPO's anchor states and HGPO's context groups;
-* ``search_count`` counts the tool calls the program's model has made so far (Stratified GRPO's strata);
+* ``search_count`` counts the tool calls the program's model has made so far (Stratified GRPO's strata): all
+  of them, or only those to the program's ``search_tools`` (SearchQA's ``search``, not its ``answer``);
 * the program's reward lands on its last call; ``info`` keeps the call's tool calls and its append-only flag.
 
 Faults: a copy that raises, runs past ``timeout_s`` or never calls the model becomes a *failed* trajectory
@@ -110,7 +111,9 @@ class AgentProgram:
     ``agent(client, task)``: an ``async`` function given an ``openai.AsyncOpenAI`` client (bound to its own
     gateway session) and one task; it returns the reward, or any result ``reward(task, result)`` turns into
     one. ``tasks``: mappings, each with a unique ``"id"``. ``timeout_s``: the most one copy may run.
-    ``context_k``: the history levels recorded for HGPO (as an env's ``context_k``).
+    ``context_k``: the history levels recorded for HGPO (as an env's ``context_k``). ``search_tools``: the
+    tool names whose calls count in ``search_count`` (None: every call), so that a program's strata mean
+    what the env's do (SearchQA counts its searches, not the final ``answer``).
     """
 
     agent: AgentFn
@@ -118,6 +121,7 @@ class AgentProgram:
     reward: Optional[RewardFn] = None
     timeout_s: float = 300.0
     context_k: int = 4
+    search_tools: Optional[frozenset[str]] = None
 
     def __post_init__(self) -> None:
         if not inspect.iscoroutinefunction(self.agent):
@@ -235,17 +239,24 @@ def _observation(messages: Optional[list[dict[str, Any]]], prompt_text: str) -> 
     return json.dumps(messages[last + 1:], sort_keys=True, ensure_ascii=False, default=str)
 
 
+def _tool_name(call: Any) -> str:
+    fn = call.get("function", call) if isinstance(call, dict) else {}
+    return str(fn.get("name", "")) if isinstance(fn, dict) else ""
+
+
 def trajectory_from_calls(traj: Trajectory, calls: Sequence[Any], reward: float, *, context_k: int = 4,
-                          decode: Optional[Callable[[list[int]], str]] = None) -> Trajectory:
+                          decode: Optional[Callable[[list[int]], str]] = None,
+                          search_tools: Optional[frozenset[str]] = None) -> Trajectory:
     """Fill ``traj`` with one step per recorded call (:class:`~stratagym.agents.gateway.sessions.CallRecord`),
-    the program's ``reward`` on the last. Payloads are the recorded ids and log-probs as tensors."""
+    the program's ``reward`` on the last. Payloads are the recorded ids and log-probs as tensors;
+    ``search_count`` counts the calls to ``search_tools`` so far (every tool call when None)."""
     tracker = ContextTracker(context_k)
     tool_calls = 0
     for i, call in enumerate(calls):
         prompt_text = decode(call.prompt_ids) if (decode is not None and call.messages is None) else ""
         obs = _observation(call.messages, prompt_text)
         tracker.push_hash(stable_hash(obs))
-        tool_calls += len(call.tool_calls)
+        tool_calls += sum(search_tools is None or _tool_name(c) in search_tools for c in call.tool_calls)
         last = i == len(calls) - 1
         traj.steps.append(StepRecord(
             step=i,
@@ -351,7 +362,8 @@ class ProgramCollector:
                 t.failed, t.error = True, f"program {status}: {value}"
             else:
                 trajectory_from_calls(t, calls, value, context_k=self.program.context_k,
-                                      decode=self.policy.tokenizer.decode)  # a completions call's prompt is its observation
+                                      decode=self.policy.tokenizer.decode,  # a completions call's prompt is its observation
+                                      search_tools=self.program.search_tools)
                 tokens += sum(len(c.response_ids) for c in calls)
                 checked += sum(c.append_only is not None for c in calls)
                 append_only += sum(c.append_only is True for c in calls)
