@@ -149,8 +149,11 @@ def test_program_names_and_tasks_are_checked_with_the_fix(tmp_path):
         load_program("program:tests.training.program_fixtures:two_turns", {"tasks": str(bad)})
     good = tmp_path / "good.jsonl"
     good.write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n')
-    prog = load_program("program:tests.training.program_fixtures:two_turns", {"tasks": str(good), "timeout_s": 5})
-    assert prog.task_ids() == ["a", "b"] and prog.timeout_s == 5.0
+    prog = load_program("program:tests.training.program_fixtures:two_turns", {"tasks": str(good), "timeout_s": 5,
+                                                                              "search_tools": ["search"]})
+    assert prog.task_ids() == ["a", "b"] and prog.timeout_s == 5.0 and prog.search_tools == {"search"}
+    with pytest.raises(ConfigError, match="list of tool names"):
+        load_program("program:tests.training.program_fixtures:two_turns", {"tasks": str(good), "search_tools": "search"})
     # a recipe is checked when it is read: a greedy eval cannot be a program's
     with pytest.raises(ConfigError, match="eval_greedy: false"):
         RecipeConfig.from_dict(_recipe(tmp_path, train={"eval_every": 1}))

@@ -173,7 +173,7 @@ def _read_tasks(tasks: Any) -> list[dict[str, Any]]:
     return list(tasks or [])
 
 
-_AGENT_KWARGS = ("tasks", "reward", "timeout_s", "context_k")
+_AGENT_KWARGS = ("tasks", "reward", "timeout_s", "context_k", "search_tools")
 
 
 def check_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> Any:
@@ -203,12 +203,20 @@ def check_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> Any:
     return obj
 
 
+def _search_tools(names: Any) -> Optional[frozenset[str]]:
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"env.kwargs.search_tools must be a list of tool names, e.g. [search], got {names!r}")
+    return frozenset(names)
+
+
 def load_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> AgentProgram:
     """The :class:`AgentProgram` that ``env.id`` (``program:module:attr``) and ``env.kwargs`` name.
 
     ``attr`` is an :class:`AgentProgram`; or a plain function returning one (called with ``kwargs``); or the
     ``async`` agent function itself, with ``kwargs`` giving ``tasks`` (a list, or a JSONL file of tasks),
-    and optionally ``reward`` (``module:name``), ``timeout_s`` and ``context_k``.
+    and optionally ``reward`` (``module:name``), ``timeout_s``, ``context_k`` and ``search_tools`` (a list of names).
     """
     kwargs = dict(kwargs or {})
     obj = check_program(env_id, kwargs)
@@ -218,7 +226,8 @@ def load_program(env_id: str, kwargs: Optional[dict[str, Any]] = None) -> AgentP
         reward = kwargs.get("reward")
         return AgentProgram(agent=obj, tasks=_read_tasks(kwargs.get("tasks")),
                             reward=_import(reward, "env.kwargs.reward") if isinstance(reward, str) else reward,
-                            timeout_s=float(kwargs.get("timeout_s", 300.0)), context_k=int(kwargs.get("context_k", 4)))
+                            timeout_s=float(kwargs.get("timeout_s", 300.0)), context_k=int(kwargs.get("context_k", 4)),
+                            search_tools=_search_tools(kwargs.get("search_tools")))
     made = obj(**kwargs)
     if isinstance(made, AgentProgram):
         return made
