@@ -35,6 +35,10 @@ DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.053], ["\n" * 16, "\n" * 16]),
     "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.859, 1.536], [
         "Saefan Rulei joined the Guild of the Knights of the Golden Lion,", 'Trou Drilath invented a device called a "Trou Drilath']),
+    # the tools protocol (fallback system message, <tool_call> turns), recorded 2026-12-03
+    "sft-smollm2-lora-searchqa-tools.yaml": ("d7f194119a82", [1.015, 0.785], [
+        "The answer to this question is Saefan Rulei. The guild that Sa",
+        "The answer to this question is:\n\nThe answer to this question is:"]),
     "sft-smollm2-lora-webshop.yaml": ("0487887e615b", [2.176, 2.503], [
         "I'm ready to assist you. What's your next question?"] * 2),
     "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.772, 2.092], [
@@ -95,7 +99,8 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_game
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-webshop.yaml",
+@pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-searchqa-tools.yaml",
+                                  "sft-smollm2-lora-webshop.yaml",
                                   "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml"])
 def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
     import gymnasium as gym
@@ -126,3 +131,36 @@ def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, wo
         pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
     digest, losses, replies = DRIFT[name]
     assert got == (digest, losses, replies)
+
+
+#: recipes written down from a run of another recipe with overrides (issue 50 item 4: overrides go into a
+#: recipe): variant -> (the recipe it was run from, the keys it may change). The small drift run above sets
+#: these keys itself (float32, one thread, its own paths), so the base recipe's pin covers the variant.
+VARIANTS = {
+    "sft-smollm2-lora-searchqa-bf16.yaml": ("sft-smollm2-lora-searchqa.yaml",
+                                            {"name", "policy.dtype", "sft.threads", "output_dir", "export"}),
+    "grpo-smollm2-lora-kl-searchqa-bf16.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
+                                                {"name", "policy.dtype", "train.output_dir"}),
+}
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key in ("policy", "sft", "train", "env", "demos", "model", "rollout", "loss", "optim",
+                                               "algorithm", "eval"):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_recipe_variant_changes_only_what_its_run_overrode(variant):
+    import yaml
+
+    base, allowed = VARIANTS[variant]
+    a, b = (_flat(yaml.safe_load((REPO / "recipes" / "cpu" / n).read_text())) for n in (base, variant))
+    changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    assert changed <= allowed, f"{variant} differs from {base} in {sorted(changed - allowed)}"
+    assert "name" in changed and len(changed) > 1
