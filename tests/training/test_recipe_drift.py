@@ -164,3 +164,4 @@ def test_a_recipe_variant_changes_only_what_its_run_overrode(variant):
     changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
     assert changed <= allowed, f"{variant} differs from {base} in {sorted(changed - allowed)}"
     assert "name" in changed and len(changed) > 1
+
