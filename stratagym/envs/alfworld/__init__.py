@@ -3,7 +3,8 @@
 Plays real ALFWorld games when ``$ALFWORLD_DATA/json_2.1.1`` is present and otherwise the bundled
 offline-generated games (``data/alfworld``; all six task types, train / in-distribution /
 out-of-distribution splits, each game verified solvable by the planner). Scripted agents: the PDDL
-planner expert (``planner``) and alfworld's hand-coded expert (``handcoded``). See
+planner expert (``planner``), alfworld's hand-coded expert (``handcoded``) and the searching expert
+(``searcher``: the planner held to what the agent has seen). See
 ``docs/envs/alfworld.md``.
 
 This ``__init__`` stays import-light: alfworld/textworld load only when the env is made.
@@ -31,6 +32,7 @@ ENV_SPECS = [
         agents={
             "planner": "stratagym.envs.alfworld.agents:PlannerExpertAgent",
             "handcoded": "stratagym.envs.alfworld.agents:HandCodedExpertAgent",
+            "searcher": "stratagym.envs.alfworld.agents:SearchingExpertAgent",
         },
     ),
 ]

@@ -1,4 +1,4 @@
-"""Scripted ALFWorld agents: the PDDL planner expert and alfworld's hand-coded expert.
+"""Scripted ALFWorld agents: the PDDL planner expert, alfworld's hand-coded expert and the searching expert.
 
 One agent instance acts for a whole batch of envs, so it cannot hold any env's engine; instead
 each agent class declares ``env_kwargs`` asking its envs (via ``gymnasium.make(..., **env_kwargs)``,
@@ -16,7 +16,7 @@ import gymnasium as gym
 from stratagym.envs.episode import EpisodeKey
 from stratagym.errors import ConfigError
 
-__all__ = ["PlannerExpertAgent", "HandCodedExpertAgent"]
+__all__ = ["PlannerExpertAgent", "HandCodedExpertAgent", "SearchingExpertAgent"]
 
 
 class _ExpertAgent:
@@ -57,3 +57,12 @@ class HandCodedExpertAgent(_ExpertAgent):
 
     expert = "handcoded"
     env_kwargs = {"expert": "handcoded"}
+
+
+class SearchingExpertAgent(_ExpertAgent):
+    """The planner held to what the agent has seen (:mod:`stratagym.envs.alfworld.searcher`): it explores
+    receptacles in their listed order until it has seen the objects the task needs, then plans on them. The
+    demonstrator for cloning: unlike the planner, every command it gives follows from the transcript."""
+
+    expert = "searcher"
+    env_kwargs = {"expert": "searcher"}

@@ -13,6 +13,8 @@
 * ``"handcoded"``: alfworld's ``HandCodedTWAgent`` fed exactly as ``AlfredExpert`` feeds it, but its
   failures (timeouts, "no subgoal left") fall back to ``"look"`` instead of raising, and its calls to
   the global :mod:`random` run under a seed derived from the episode so the suggestion is reproducible.
+* ``"searcher"``: the planner held to what the agent has seen (:mod:`stratagym.envs.alfworld.searcher`):
+  it explores receptacles until it has seen the objects the task needs, then follows the plan on them.
 
 ``fast=True`` runs every engine call with :mod:`stratagym.envs.alfworld.speedups` active (memoised
 template parses); ``fast=False`` is the stock engine. ``disk_cache`` (fast engines only) says whether a
@@ -32,11 +34,12 @@ from typing import Any, Iterator, Mapping
 from stratagym.envs.alfworld import disk_cache as disk_cache_mod
 from stratagym.envs.alfworld import paths, speedups
 from stratagym.envs.alfworld.runtime import load_engine_modules, preserve_argv
+from stratagym.envs.alfworld.searcher import SearchingExpert, location_prior
 from stratagym.errors import ConfigError
 
 __all__ = ["AlfredEngine", "EngineState", "EXPERTS", "NOTHING_HAPPENS"]
 
-EXPERTS = ("planner", "handcoded")
+EXPERTS = ("planner", "handcoded", "searcher")
 NOTHING_HAPPENS = "Nothing happens."
 
 
@@ -102,6 +105,7 @@ class AlfredEngine:
         self._game_key = ""
         self._traj_path: str | None = None
         self._handcoded = None
+        self._searcher: SearchingExpert | None = None
         self._episode_seed = 0
         self._plan: list[str] = []
         self._steps = 0
@@ -156,6 +160,10 @@ class AlfredEngine:
                     self._handcoded.observe(state["feedback"])
             except Exception:  # a broken traj_data.json must not crash the env: no suggestion
                 self._handcoded = None
+        elif self.expert == "searcher":
+            stored = (getattr(self._pddl, "_game_data", None) or {}).get("walkthrough") or None
+            self._searcher = SearchingExpert(self.plan, location_prior())
+            plan = [self._searcher.reset(state["feedback"], state["admissible_commands"], stored)]
         return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), True, plan)
 
     def step(self, command: str) -> EngineState:
@@ -187,7 +195,14 @@ class AlfredEngine:
                         plan = [action]
                 except Exception:  # HandCodedAgentTimeout / HandCodedAgentFailed: no better idea
                     plan = ["look"]
+        elif self.expert == "searcher" and self._searcher is not None and not state["won"]:
+            plan = [self._searcher.step(command, accepted, state["feedback"], state["admissible_commands"])]
         return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), accepted, plan)
+
+    @property
+    def privileged_commands(self) -> int:
+        """The searching expert's commands this episode that came from the hidden state (0 for the others)."""
+        return self._searcher.privileged if self._searcher is not None else 0
 
     def plan(self) -> list[str]:
         """An optimal command sequence from the current state to the goal (fast-downward), or []."""

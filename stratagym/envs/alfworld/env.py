@@ -9,7 +9,7 @@ ALFWorld prints them. ``info`` carries, besides the standard keys:
   (``hide_help=True`` leaves it out, as stratagym did before 2026-11-23);
 * ``task_type`` -- one of the six ALFWorld task types (success per type = mean ``won`` per type);
 * ``split`` -- train / in_distribution / out_of_distribution;
-* ``expert_action`` -- only when built with ``expert="planner"`` or ``"handcoded"``: that expert's
+* ``expert_action`` -- only when built with ``expert="planner"``, ``"handcoded"`` or ``"searcher"``: that expert's
   next command (the scripted expert agents ask for it through ``env_kwargs``).
 
 Actions are matched like TextWorld matches them, after collapsing whitespace and lower-casing; text
@@ -56,7 +56,7 @@ class ALFWorldEnv(TextEnv):
     task_types:
         Restrict to these task types (names or ALFWorld ids 1-6).
     expert:
-        ``"planner"`` or ``"handcoded"`` puts that expert's next command in ``info["expert_action"]``.
+        ``"planner"``, ``"handcoded"`` or ``"searcher"`` puts that expert's next command in ``info["expert_action"]``.
     fast:
         Use the memoised template parses (:mod:`~stratagym.envs.alfworld.speedups`); same transcripts.
     disk_cache:
