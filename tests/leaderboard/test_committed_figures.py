@@ -162,6 +162,15 @@ RL_UNSEEN = ("658e6e135d8d", "c168b068a1f6", "3c338715e239", "179ac62bd6b5")
 RL_TEST = ("372aea6e833e", "217073a83247", "ab31b7db7fb3", "e933c8cda37c")
 HOP3_START, HOP3_END = "0b593aac3452", "c210ddb37a42"
 MIX_START, MIX_END = "b30ed7c881c7", "2f4ff70e4eb9"  # the third hop's second try (fp32)
+TOOLS_SFT, TOOLS_RL = "2f7e35688830", "54b3d9b2419d"  # the tools protocol: SFT, then 10 GRPO + KL steps (test_unseen)
+
+
+def paired(before: str, after: str) -> tuple[int, int]:
+    """Questions a run gained and lost against another, episode by episode (both on the same tasks)."""
+    a = {e["task_id"]: float(e["extra"]["em"]) for e in rec(before)["episodes"]}
+    b = {e["task_id"]: float(e["extra"]["em"]) for e in rec(after)["episodes"]}
+    assert a.keys() == b.keys()
+    return sum(b[t] > a[t] for t in a), sum(b[t] < a[t] for t in a)
 
 #: README text -> how it is written from committed records.
 CLAIMS: list[tuple[str, Callable[[], str]]] = [
@@ -198,6 +207,11 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
              f"random {m('4a7cbe79c8aa', 'score') * 100:.1f}"),
+    ("tools protocol, SFT and RL on unseen questions",
+     lambda: "goes from EM {:.3f} to\n{:.3f} on 200 unseen-world SearchQA questions ({} gained, {} lost; one seed)".format(
+         m(TOOLS_SFT), m(TOOLS_RL), *paired(TOOLS_SFT, TOOLS_RL))),
+    ("tools protocol, by hops", lambda: f"1-hop\nEM {em_by_hops(TOOLS_SFT, 1):.3f} -> {em_by_hops(TOOLS_RL, 1):.3f}, "
+                                        f"2-hop {em_by_hops(TOOLS_SFT, 2):.3f} -> {em_by_hops(TOOLS_RL, 2):.3f}"),
     ("Stratified GRPO study", lambda: registered("stratified-smollm2-hops")),
     ("HA-DW study", lambda: registered("hadw-smollm2-hops")),
     ("HGPO study", lambda: "best doors of 3 " + ", ".join(registered("hgpo-smollm2-corridor-mixed").split(", ")[1:])),
@@ -214,7 +228,6 @@ UNBACKED: dict[str, str] = {
     "EM 0.32 on the demo": "the demo's SFT rows (runs/bench); `make demo` recomputes them",
     "EM 0.42 on the 50": "the demo's SmolLM2 row on 50 questions (runs/bench); `make demo` recomputes it",
     "2-hop EM 0.03 -> ~0.52": "the first 3.5M build's by-hop figures: its checkpoints and per-hop evals were never committed",
-    "EM 0.17 to\n0.47": "the tools-protocol SmolLM2 rows: their evals and adapters were not committed (issue 50 item 4)",
 }
 
 
