@@ -39,6 +39,10 @@ DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     "sft-smollm2-lora-searchqa-tools.yaml": ("d7f194119a82", [1.015, 0.785], [
         "The answer to this question is Saefan Rulei. The guild that Sa",
         "The answer to this question is:\n\nThe answer to this question is:"]),
+    # the same demonstrations rendered with TRL's Qwen2.5 template (issue 51's comparison), recorded 2026-12-03
+    "sft-smollm2-lora-searchqa-tools-qwen25.yaml": ("d7f194119a82", [0.968, 0.724], [
+        "The answer to this question is:\n\nSaefan Rulei joined the",
+        "The answer to this question is:\n\nThe answer to this question is:"]),
     "sft-smollm2-lora-webshop.yaml": ("0487887e615b", [2.176, 2.503], [
         "I'm ready to assist you. What's your next question?"] * 2),
     "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.772, 2.092], [
@@ -100,6 +104,7 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_game
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-searchqa-tools.yaml",
+                                  "sft-smollm2-lora-searchqa-tools-qwen25.yaml",
                                   "sft-smollm2-lora-webshop.yaml",
                                   "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml"])
 def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
