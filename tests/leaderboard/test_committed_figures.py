@@ -203,6 +203,8 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                             f"{rec('7159c53e0cef')['metrics']['success']['ci_high']:.2f}]"),
     ("ALFWorld planner SFT", lambda: f"success {ci('31ca7f16d27f', 'success', '.3f')} in distribution and "
                                      f"{ci('7c265e86657f', 'success', '.3f')} out"),
+    ("ALFWorld searching expert", lambda: f"success {ci('15cd13b1f285', 'success', '.3f')} in distribution and "
+                                          f"{ci('01027bf6b774', 'success', '.3f')} out"),
     ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
