@@ -123,31 +123,31 @@ class SearchingExpert:
     def _available(self, kind: str) -> list[str]:
         return [o for o in self._seen if _type(o) == kind and o not in self._placed]
 
+    def _missing(self) -> list[str]:
+        """The object types the task needs more of than the agent has seen (placed ones count as found)."""
+        return [kind for kind, n in self._needed.items()
+                if len(self._available(kind)) + sum(_type(o) == kind for o in self._placed) < n]
+
     def _next(self, admissible: Sequence[str]) -> str:
-        if all(len(self._available(kind)) + self._done(kind) >= n for kind, n in self._needed.items()):
-            return self._act(admissible)
-        return self._explore(admissible)
+        missing = self._missing()
+        return self._explore(admissible, missing) if missing else self._act(admissible)
 
-    def _done(self, kind: str) -> int:
-        return sum(1 for o in self._placed if _type(o) == kind)
-
-    def _explore(self, admissible: Sequence[str]) -> str:
+    def _explore(self, admissible: Sequence[str], missing: list[str]) -> str:
         here = self._location
         if here is not None and f"open {here}" in admissible:
             return f"open {here}"
-        missing = [kind for kind, n in self._needed.items() if len(self._available(kind)) + self._done(kind) < n]
         candidates = [r for r in self._order if r not in self._visited and f"go to {r}" in admissible]
         if candidates:
             def likelihood(receptacle: str) -> float:
                 return max(self._prior.get(kind, {}).get(_type(receptacle), 0.0) for kind in missing)
             return f"go to {max(candidates, key=likelihood)}"  # max keeps the first of equals: the listed order
-        return self._privileged(self._planner(), admissible)
+        return self._privileged(self._planner())
 
     def _act(self, admissible: Sequence[str]) -> str:
         if not self._plan or self._plan[0] not in admissible:
             self._plan = self._planner()
         plan = self._plan
-        for i, command in enumerate(plan):
+        for command in plan:
             target = _target(command)
             if target is None:
                 if command.startswith(("go to ", "open ")):
@@ -158,7 +158,7 @@ class SearchingExpert:
             in_use = {t for t in map(_target, plan) if t is not None}
             stand_in = next((o for o in self._available(_type(target)) if o not in in_use), None)
             if stand_in is None:
-                return self._privileged(plan, admissible)
+                return self._privileged(plan)
             where = self._seen[stand_in]
             if where is not None and where != self._location:
                 wanted = f"go to {where}"
@@ -166,10 +166,10 @@ class SearchingExpert:
                 wanted = f"use {stand_in}"
             else:
                 wanted = f"take {stand_in} from {where}"
-            return wanted if wanted in admissible else self._privileged(plan, admissible)
+            return wanted if wanted in admissible else self._privileged(plan)
         return plan[0] if plan else "look"
 
-    def _privileged(self, plan: Sequence[str], admissible: Sequence[str]) -> str:
+    def _privileged(self, plan: Sequence[str]) -> str:
         self.privileged += 1
         return plan[0] if plan else "look"
 
