@@ -61,8 +61,9 @@ class HandCodedExpertAgent(_ExpertAgent):
 
 class SearchingExpertAgent(_ExpertAgent):
     """The planner held to what the agent has seen (:mod:`stratagym.envs.alfworld.searcher`): it explores
-    receptacles in their listed order until it has seen the objects the task needs, then plans on them. The
-    demonstrator for cloning: unlike the planner, every command it gives follows from the transcript."""
+    receptacles, likeliest first by the train games' location prior, until it has seen the objects the task
+    needs, then plans on them. The demonstrator for cloning: unlike the planner, every command it gives
+    follows from the transcript."""
 
     expert = "searcher"
     env_kwargs = {"expert": "searcher"}

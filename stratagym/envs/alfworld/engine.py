@@ -148,8 +148,7 @@ class AlfredEngine:
         if self.expert == "planner":
             # A game's stored walkthrough is a plan from the initial state (the generator stores the
             # verified planner plan); it is used until the agent leaves it or it stops being admissible.
-            stored = (getattr(self._pddl, "_game_data", None) or {}).get("walkthrough") or []
-            self._plan = [str(c) for c in stored] if stored and stored[0] in state["admissible_commands"] else self.plan()
+            self._plan = self._stored_walkthrough(state["admissible_commands"]) or self.plan()
             plan = list(self._plan)
         elif self.expert == "handcoded":
             plan = ["look"]
@@ -161,8 +160,8 @@ class AlfredEngine:
             except Exception:  # a broken traj_data.json must not crash the env: no suggestion
                 self._handcoded = None
         elif self.expert == "searcher":
-            stored = (getattr(self._pddl, "_game_data", None) or {}).get("walkthrough") or None
             self._searcher = SearchingExpert(self.plan, location_prior())
+            stored = self._stored_walkthrough(state["admissible_commands"])
             plan = [self._searcher.reset(state["feedback"], state["admissible_commands"], stored)]
         return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), True, plan)
 
@@ -198,6 +197,12 @@ class AlfredEngine:
         elif self.expert == "searcher" and self._searcher is not None and not state["won"]:
             plan = [self._searcher.step(command, accepted, state["feedback"], state["admissible_commands"])]
         return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), accepted, plan)
+
+    def _stored_walkthrough(self, admissible: list[str]) -> list[str]:
+        """The game's stored walkthrough (the generator stores the verified planner plan), a plan from the
+        initial state, or [] when there is none or its first command is not admissible here."""
+        stored = (getattr(self._pddl, "_game_data", None) or {}).get("walkthrough") or []
+        return [str(c) for c in stored] if stored and stored[0] in admissible else []
 
     @property
     def privileged_commands(self) -> int:
