@@ -238,7 +238,8 @@ class TrainConfig:
     #: keep freed memory in the process heap (glibc ``mallopt``; see :mod:`stratagym.training.allocator`):
     #: CPU steps stop re-faulting their activations' pages (0-10 % less time per phase). Opt-in, because it
     #: changes malloc for the whole host process (a notebook, an app embedding the trainer) and resident
-    #: memory stays at its peak
+    #: memory stays at its peak. False (the default): the opposite, freed big blocks always go back to the OS
+    #: (glibc's mmap threshold pinned at 128 KiB), because a long run otherwise holds more every step
     retain_heap: bool = False
 
 

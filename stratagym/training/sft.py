@@ -387,7 +387,10 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     """Run the stages of the module docstring; returns the summary also written to ``sft_meta.json``."""
     import torch
 
+    from stratagym.training.allocator import return_freed_memory
+
     torch.set_num_threads(recipe.sft.threads)
+    return_freed_memory()  # as the Trainer does: freed activations go back to the OS (allocator.py)
     out = Path(recipe.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}

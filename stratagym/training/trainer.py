@@ -55,7 +55,7 @@ from stratagym.agents.critic import build_critic
 from stratagym.agents.env_fit import check_policy_for_env
 from stratagym.agents.policy import policy_hooks, unwrap_model
 from stratagym.envs.registry import get_spec
-from stratagym.training.allocator import retain_heap
+from stratagym.training.allocator import retain_heap, return_freed_memory
 from stratagym.training.async_rollout import AsyncRollouts, merge_async_extras
 from stratagym.training.checkpoint import (
     latest_checkpoint,
@@ -123,6 +123,8 @@ class Trainer(TrainerUpdate):
             torch.use_deterministic_algorithms(True, warn_only=True)
         if tc.retain_heap:
             retain_heap()
+        else:  # a long run must not hold ever more freed memory (allocator.py: measured on SmolLM2 RL)
+            return_freed_memory()
         self.accelerator = accelerator or Accelerator(
             mixed_precision=tc.mixed_precision, cpu=not torch.cuda.is_available()
         )
