@@ -172,6 +172,38 @@ def test_shared_history_scoring_matches_whole_rows():
     assert all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(ga, gb))
 
 
+def test_shared_history_scoring_with_lora_and_its_reference(monkeypatch):
+    """A LoRA policy, which the fused forward does not cover (peft replaces the linear layers), reads earlier
+    turns out of their trajectory's last row through the model's own forward: the same log-probs,
+    entropies and adapter gradients as whole rows, for the policy and its reference view."""
+    path = str(tiny_lm_path())
+    pays = _trajectory_payloads()
+    results = {}
+    for shared in (True, False):
+        torch.manual_seed(0)
+        pol = LLMPolicy.from_pretrained(path, config=LLMConfig(
+            model=path, temperature=0.7, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+            shared_history_scoring=shared))
+        for p in pol.parameters():  # non-zero adapters, so that the policy and its reference differ
+            torch.nn.init.normal_(p, std=0.05)
+        assert pol.scoring.fused_scorer() is None
+        calls, real = [], scoring.LayoutScorer._host_logits
+        monkeypatch.setattr(scoring.LayoutScorer, "_host_logits", lambda self, *a: calls.append(1) or real(self, *a))
+        res = pol.sequence_log_probs(pays, with_entropy=True)
+        (res.logprobs * res.mask).sum().backward()
+        with torch.no_grad():
+            ref = pol.frozen_copy().sequence_log_probs(pays)
+        assert (len(calls) == 2) == shared  # the policy's pass and the reference's
+        results[shared] = (res, ref.logprobs, [p.grad.clone() for p in pol.parameters()])
+    (a, ra, ga), (b, rb, gb) = results[True], results[False]
+    assert float((a.logprobs.detach() - ra).abs().max()) > 1e-3  # the adapters matter
+    assert torch.equal(a.mask, b.mask) and torch.isfinite(a.logprobs).all()
+    assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5) and torch.allclose(ra, rb, atol=1e-5)
+    assert torch.allclose(a.entropy, b.entropy, atol=1e-5)
+    assert float(a.logprobs.detach()[~a.mask].abs().sum()) == 0.0
+    assert len(ga) == 8 and all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(ga, gb))
+
+
 def test_shared_history_scoring_only_when_it_saves_tokens():
     """Rows with nothing to share, or sharing too little, keep the other layouts; without the fused
     forward (LoRA here) the path is not taken."""

@@ -124,7 +124,7 @@ class LayoutScorer:
     def score(self, payloads: Sequence[Any], with_entropy: bool) -> SequenceLogProbs:
         scorer = self.fused_scorer()
         shared = self.shared_prompts(payloads)
-        hosts = self.history_hosts(payloads, shared) if scorer is not None else None
+        hosts = self.history_hosts(payloads, shared) if scorer is not None or per_row_logits_to_keep() else None
         if hosts is not None:
             return self._score_in_hosts(payloads, with_entropy, hosts, scorer)
         if shared is not None:
@@ -191,12 +191,14 @@ class LayoutScorer:
         samp = pad_right([p["sampling_logprobs"] for p in payloads], 0.0, torch.float32).to(mask.device)
         return SequenceLogProbs(lp, mask, ent, samp)
 
-    def _score_in_hosts(self, payloads: Sequence[Any], with_entropy: bool, host_of: list[int], scorer: Any) -> SequenceLogProbs:
+    def _score_in_hosts(self, payloads: Sequence[Any], with_entropy: bool, host_of: list[int],
+                        scorer: Any = None) -> SequenceLogProbs:
         """:meth:`score` with every row read out of its host row's forward (:meth:`history_hosts`): the
         host rows run whole (right-padded, causal), and row b's logits are taken at the positions of its
         own response inside host ``host_of[b]``. A token's logits depend only on the tokens before it, at
         the same positions, so this is the maths of scoring every row on its own (log-probs and gradients
-        equal up to float rounding) with each trajectory's shared history run once."""
+        equal up to float rounding) with each trajectory's shared history run once. The hosts run through
+        the fused forward, or through the model's own where there is none (LoRA: :meth:`_host_logits`)."""
         device = self.device
         hosts = sorted(set(host_of))
         slot = {h: k for k, h in enumerate(hosts)}
@@ -214,10 +216,23 @@ class LayoutScorer:
         ids = ids.to(device)
         cols = torch.arange(T, device=device)
         keep = ((plen.to(device) - 1)[:, None] + cols[None, :]).clamp(max=L - 2)
-        logits = scorer.whole_rows(ids, keep, rows=rows)
+        logits = scorer.whole_rows(ids, keep, rows=rows) if scorer is not None else self._host_logits(ids, keep, rows)
         labels = ids[rows[:, None], keep + 1]
         mask = cols[None, :] < rlen.to(device)[:, None]
         return self._log_probs(payloads, logits, labels, mask, with_entropy)
+
+    def _host_logits(self, ids: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """What ``FusedScorer.whole_rows(ids, keep, rows=rows)`` returns, through the model's own forward: for
+        models the fused forward does not cover, LoRA ones above all (peft replaces the linear layers).
+        Each host row keeps the logits at the union of its members' positions (per-row ``logits_to_keep``),
+        and every member reads its own positions out of that list."""
+        per_host = [torch.unique(keep[rows == k]) for k in range(ids.shape[0])]  # sorted
+        K = max(len(p) for p in per_host)
+        host_keep = torch.stack([torch.cat([p, p[-1:].expand(K - len(p))]) for p in per_host])  # pad: repeat the last
+        L_run = int(host_keep.max()) + 1  # later positions feed no kept output (causal)
+        logits = self.model(input_ids=ids[:, :L_run], use_cache=False, logits_to_keep=host_keep).logits  # (hosts, K, V)
+        where = torch.searchsorted(host_keep[rows].contiguous(), keep.contiguous())  # each kept position's index
+        return logits[rows[:, None], where]
 
     def _score_shared(self, payloads: Sequence[Any], with_entropy: bool, prompts: list[torch.Tensor],
                       expand: list[int], scorer: Any = None) -> SequenceLogProbs:
