@@ -14,13 +14,14 @@ sizes that change with each batch's lengths, so a long run holds more and more f
 2026-12-03 (SmolLM2-135M LoRA RL on SearchQA, ``recipes/cpu/grpo-smollm2-lora-kl-searchqa-program.yaml`` and its
 env-side partner, one process per core on a 24 GiB machine): the program run's resident memory rose from
 3.4 to 8.6 GB over its first three steps and the env run's to 14.7 GB, together enough for the kernel's
-OOM killer to end one; resumed with the threshold pinned, the program run stayed at 1.4-3.1 GB.
+OOM killer to end one; resumed with the threshold pinned, the program run held 1.4-3.1 GB over its next
+two steps.
 ``tests/training/test_allocator.py`` shows the mechanism with plain ``malloc`` calls. The user's own
 ``MALLOC_MMAP_THRESHOLD_`` (which glibc read at start-up) is left alone.
 
 **Retain (``train.retain_heap: true``, :func:`retain_heap`).** The opposite trade, for speed: keep freed
-memory in the process heap instead of handing it back to the OS. PyTorch's CPU tensors are plain ``malloc``/``free`` calls. glibc serves large blocks with ``mmap``
-and gives freed memory at the top of the heap back to the OS (``trim``), so each training step's
+memory in the process heap instead of handing it back to the OS. Why: with big blocks unmapped and freed
+memory at the top of the heap given back (``trim``), each training step's
 activations, gradients and logits (MBs each at a few million parameters) come back as fresh pages that
 the kernel must fault in and zero again: ~4000 page faults per scoring pass + backward at ``--hidden 256``
 in ``benchmarks/trainer.py``, and the zeroed pages also evict the cache. With a 32 MiB mmap threshold and

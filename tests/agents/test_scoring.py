@@ -102,18 +102,25 @@ def test_shared_prompt_scoring_only_when_prompts_repeat():
     assert pol.scoring.shared_prompts(_group_payloads()) is None
 
 
+def _lora_policy(**options) -> LLMPolicy:
+    """The tiny model with the same random, non-zero LoRA adapters (so that the policy and its reference
+    view differ), built with ``options``."""
+    path = str(tiny_lm_path())
+    torch.manual_seed(0)
+    pol = LLMPolicy.from_pretrained(path, config=LLMConfig(
+        model=path, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, **options))
+    for p in pol.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    return pol
+
+
 def test_shared_prompt_scoring_with_lora_and_its_reference():
     """A LoRA policy (peft wrapper) and its reference view (adapters disabled) take the shared path too,
     with the same log-probs and adapter gradients as whole rows."""
-    path = str(tiny_lm_path())
     pays = _group_payloads()
     results = {}
     for shared in (True, False):
-        torch.manual_seed(0)
-        pol = LLMPolicy.from_pretrained(path, config=LLMConfig(
-            model=path, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, shared_prompt_scoring=shared))
-        for p in pol.parameters():  # non-zero adapters, so that the policy and its reference differ
-            torch.nn.init.normal_(p, std=0.05)
+        pol = _lora_policy(shared_prompt_scoring=shared)
         assert (pol.scoring.shared_prompts(pays) is not None) == shared
         res = pol.sequence_log_probs(pays)
         (res.logprobs * res.mask).sum().backward()
@@ -176,16 +183,10 @@ def test_shared_history_scoring_with_lora_and_its_reference(monkeypatch):
     """A LoRA policy, which the fused forward does not cover (peft replaces the linear layers), reads earlier
     turns out of their trajectory's last row through the model's own forward: the same log-probs,
     entropies and adapter gradients as whole rows, for the policy and its reference view."""
-    path = str(tiny_lm_path())
     pays = _trajectory_payloads()
     results = {}
     for shared in (True, False):
-        torch.manual_seed(0)
-        pol = LLMPolicy.from_pretrained(path, config=LLMConfig(
-            model=path, temperature=0.7, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-            shared_history_scoring=shared))
-        for p in pol.parameters():  # non-zero adapters, so that the policy and its reference differ
-            torch.nn.init.normal_(p, std=0.05)
+        pol = _lora_policy(temperature=0.7, shared_history_scoring=shared)
         assert pol.scoring.fused_scorer() is None
         calls, real = [], scoring.LayoutScorer._host_logits
         monkeypatch.setattr(scoring.LayoutScorer, "_host_logits", lambda self, *a: calls.append(1) or real(self, *a))
