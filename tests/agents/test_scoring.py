@@ -206,8 +206,8 @@ def test_shared_history_scoring_with_lora_and_its_reference(monkeypatch):
 
 
 def test_shared_history_scoring_only_when_it_saves_tokens():
-    """Rows with nothing to share, or sharing too little, keep the other layouts; without the fused
-    forward (LoRA here) the path is not taken."""
+    """Rows with nothing to share, or sharing too little, keep the other layouts (a LoRA policy, without the
+    fused forward, shares through its own: test_shared_history_scoring_with_lora_and_its_reference)."""
     path = tiny_lm_path()
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path)))
     assert pol.scoring.history_hosts(_payloads(), None) is None
@@ -221,5 +221,3 @@ def test_shared_history_scoring_only_when_it_saves_tokens():
                "sampling_logprobs": torch.zeros(2)} for _ in range(3)]
     assert pol.scoring.history_hosts([short, long_row, *others], None) is None
     assert pol.scoring.history_hosts([short, long_row, *others[:2]], None) == [1, 1, 2, 3]
-    lora = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), lora={"r": 4, "alpha": 8}))
-    assert lora.scoring.fused_scorer() is None

@@ -11,8 +11,10 @@ row on its own (log-probs and gradients equal up to float rounding):
 * shared prompts (:meth:`LayoutScorer.shared_prompts`: each distinct prompt run once, its keys/values
   copied to the rows sharing it: a GRPO group's G copies);
 * history hosts (:meth:`LayoutScorer.history_hosts`: a multi-turn trajectory's earlier turns read out of
-  its last turn's forward), with the fused forward of :mod:`~stratagym.agents.inference.fused_score` where
-  it covers the model (:meth:`LayoutScorer.fused_scorer`).
+  its last turn's forward);
+
+each with the fused forward of :mod:`~stratagym.agents.inference.fused_score` where it covers the model
+(:meth:`LayoutScorer.fused_scorer`), else the model's own (LoRA models: peft replaces the linear layers).
 """
 
 from __future__ import annotations
@@ -192,7 +194,7 @@ class LayoutScorer:
         return SequenceLogProbs(lp, mask, ent, samp)
 
     def _score_in_hosts(self, payloads: Sequence[Any], with_entropy: bool, host_of: list[int],
-                        scorer: Any = None) -> SequenceLogProbs:
+                        scorer: Any) -> SequenceLogProbs:
         """:meth:`score` with every row read out of its host row's forward (:meth:`history_hosts`): the
         host rows run whole (right-padded, causal), and row b's logits are taken at the positions of its
         own response inside host ``host_of[b]``. A token's logits depend only on the tokens before it, at
