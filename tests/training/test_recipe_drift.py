@@ -10,14 +10,17 @@ demonstrations (tasks and turns), the two losses (3 decimals) and both replies. 
 LoRA, the export, the policy's parsing) moves one of them; a deliberate change re-records the pins here,
 in the commit that makes it, with the reason.
 
-The RL recipes behind the committed RL adapters are not pinned this way yet (a step of sampled rollouts
-is a longer and less stable pin): docs/training.md, "Drift tests".
+Each RL recipe behind a committed RL adapter is pinned the same way (:data:`RL_DRIFT`): its first step, run
+small from the committed adapter it starts from (1 task, 4 copies, float32, 1 thread), with what that step
+sampled (tokens, return, searches) and computed (loss, gradient norm, how far the LoRA weights moved). A
+change in sampling, the env, the prompt, the estimator, the loss or the optimizer moves one of them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,64 @@ def test_a_recipe_variant_changes_only_what_its_run_overrode(variant):
     assert changed <= allowed, f"{variant} differs from {base} in {sorted(changed - allowed)}"
     assert "name" in changed and len(changed) > 1
 
+
+
+# ---- the RL recipes behind committed RL adapters ---------------------------------------------------------------
+
+#: recipe -> its first step's (sampled tokens, mean return, mean searches, loss, gradient norm, LoRA weight
+#: change's L2 norm), the floats to 4 significant digits, recorded 2026-12-03 (1 task, group of 4, float32)
+RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
+    "grpo-smollm2-lora-kl-searchqa.yaml": (276, 0.5, 1.5, 0.2107, 0.1934, 0.0677),
+    "grpo-smollm2-lora-kl-searchqa-tools.yaml": (459, 0.5, 1.5, 0.04289, 0.3356, 0.06777),
+    "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml": (480, 0.25, 1.5, 0.1779, 0.1879, 0.06767),
+    "hops-stratified-fp32-smollm2-lora-searchqa.yaml": (366, 0.25, 2.0, 0.06066, 0.1393, 0.06761),
+    # every copy loses its 3-hop question (as with 2 tasks: 615 tokens, 1.75 searches, all lost), so no
+    # advantage and no update: this pin covers sampling and the env only; the other four cover the update
+    "hop3-grpo-smollm2-lora-searchqa.yaml": (260, 0.0, 1.5, 0.0, 0.0, 0.0),
+}
+
+RL_SMALL = {"rollout.group_size": 4, "rollout.tasks_per_step": 1, "train.total_steps": 1, "train.save_every": 0,
+            "train.eval_every": 0, "train.progress": False, "train.tensorboard": False, "policy.dtype": "float32"}
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def _lora_weights(model) -> dict:
+    return {k: v.detach().float().clone() for k, v in model.named_parameters() if "lora_" in k}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["grpo-smollm2-lora-kl-searchqa.yaml", "grpo-smollm2-lora-kl-searchqa-tools.yaml",
+                                  "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml", "hop3-grpo-smollm2-lora-searchqa.yaml",
+                                  "hops-stratified-fp32-smollm2-lora-searchqa.yaml"])
+def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2_model, worlds):
+    import torch
+    import yaml
+
+    from stratagym.training.config import RecipeConfig
+    from stratagym.training.trainer import Trainer
+    from tests.helpers import adapter_on_base
+
+    raw = yaml.safe_load((REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds)))
+    start = adapter_on_base(REPO / raw["policy"]["model"], smollm2_model, tmp_path)
+    raw["policy"]["model"] = str(start)
+    for key, value in {**RL_SMALL, "train.output_dir": str(tmp_path / "run")}.items():
+        section, field = key.split(".")
+        raw[section][field] = value
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    trainer = Trainer(RecipeConfig.from_dict(raw))
+    try:
+        before = _lora_weights(trainer.policy.model)
+        row = trainer.train_step()
+        moved = math.sqrt(sum(float((p - before[k]).pow(2).sum()) for k, p in _lora_weights(trainer.policy.model).items()))
+    finally:
+        trainer.close()
+        torch.set_num_threads(threads)
+    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row["rollout/search_count"]),
+           _sig(row["loss/loss"]), _sig(row["optim/grad_norm"]), _sig(moved))
+    if name not in RL_DRIFT:
+        pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
+    assert got == RL_DRIFT[name]
