@@ -163,6 +163,9 @@ RL_TEST = ("372aea6e833e", "217073a83247", "ab31b7db7fb3", "e933c8cda37c")
 HOP3_START, HOP3_END = "0b593aac3452", "c210ddb37a42"
 MIX_START, MIX_END = "b30ed7c881c7", "2f4ff70e4eb9"  # the third hop's second try (fp32)
 TOOLS_SFT, TOOLS_RL = "2f7e35688830", "54b3d9b2419d"  # the tools protocol: SFT, then 10 GRPO + KL steps (test_unseen)
+TOOLS_STRATIFIED = "f89f8ff025a1"  # the same 10 steps with Stratified GRPO (alpha 0.6) in GRPO's place
+#: issue 51: the Qwen2.5-template tools SFT, then 10 GRPO + KL steps in the env loop and through the openai-SDK program
+QWEN_SFT, QWEN_ENV, QWEN_PROGRAM = "d205826a6526", "d41294668314", "d056b7dba010"
 
 
 def paired(before: str, after: str) -> tuple[int, int]:
@@ -214,6 +217,11 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
          m(TOOLS_SFT), m(TOOLS_RL), *paired(TOOLS_SFT, TOOLS_RL))),
     ("tools protocol, by hops", lambda: f"1-hop\nEM {em_by_hops(TOOLS_SFT, 1):.3f} -> {em_by_hops(TOOLS_RL, 1):.3f}, "
                                         f"2-hop {em_by_hops(TOOLS_SFT, 2):.3f} -> {em_by_hops(TOOLS_RL, 2):.3f}"),
+    ("tools protocol, Stratified GRPO", lambda: f"collapses the same way (EM {m(TOOLS_STRATIFIED):.3f}, 2-hop "
+                                                f"{em_by_hops(TOOLS_STRATIFIED, 2):.3f})"),
+    ("agent program vs env loop",
+     lambda: "from EM {:.3f} to {:.3f} where the same recipe in the env loop reaches {:.3f} ({} questions won, {} lost; one".format(
+         m(QWEN_SFT), m(QWEN_PROGRAM), m(QWEN_ENV), *paired(QWEN_ENV, QWEN_PROGRAM))),
     ("Stratified GRPO study", lambda: registered("stratified-smollm2-hops")),
     ("HA-DW study", lambda: registered("hadw-smollm2-hops")),
     ("HGPO study", lambda: "best doors of 3 " + ", ".join(registered("hgpo-smollm2-corridor-mixed").split(", ")[1:])),

@@ -187,7 +187,13 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     # every copy loses its 3-hop question (as with 2 tasks: 615 tokens, 1.75 searches, all lost), so no
     # advantage and no update: this pin covers sampling and the env only; the other four cover the update
     "hop3-grpo-smollm2-lora-searchqa.yaml": (260, 0.0, 1.5, 0.0, 0.0, 0.0),
+    # the same start, seed and samples as the GRPO tools recipe: only the estimator moves the loss and grad norm
+    "stratified-smollm2-lora-kl-searchqa-tools.yaml": (459, 0.5, 1.5, 0.01981, 0.155, 0.06766),
 }
+# Not pinned yet: grpo-smollm2-lora-kl-searchqa-program.yaml (the openai-SDK program through the gateway). Its
+# small step takes ~5 min here, and two runs drew the same samples (611 tokens, return 0.5, 3.0 searches) but
+# grad norms 0.1557 and 0.1506, with micro-batches of 8 and 2 (the recipe's value changed between them); the
+# env recipes' grad norm does not move with the micro-batch size, so the cause is not known yet
 
 RL_SMALL = {"rollout.group_size": 4, "rollout.tasks_per_step": 1, "train.total_steps": 1, "train.save_every": 0,
             "train.eval_every": 0, "train.progress": False, "train.tensorboard": False, "policy.dtype": "float32"}
@@ -204,7 +210,7 @@ def _lora_weights(model) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["grpo-smollm2-lora-kl-searchqa.yaml", "grpo-smollm2-lora-kl-searchqa-tools.yaml",
                                   "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml", "hop3-grpo-smollm2-lora-searchqa.yaml",
-                                  "hops-stratified-fp32-smollm2-lora-searchqa.yaml"])
+                                  "hops-stratified-fp32-smollm2-lora-searchqa.yaml", "stratified-smollm2-lora-kl-searchqa-tools.yaml"])
 def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2_model, worlds):
     import torch
     import yaml
