@@ -213,21 +213,18 @@ def _lora_weights(model) -> dict:
                                   "hops-stratified-fp32-smollm2-lora-searchqa.yaml", "stratified-smollm2-lora-kl-searchqa-tools.yaml"])
 def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2_model, worlds):
     import torch
-    import yaml
 
-    from stratagym.training.config import RecipeConfig
+    from stratagym.training.config import load_recipe, read_yaml_mapping
     from stratagym.training.trainer import Trainer
     from tests.helpers import adapter_on_base
 
-    raw = yaml.safe_load((REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds)))
-    start = adapter_on_base(REPO / raw["policy"]["model"], smollm2_model, tmp_path)
-    raw["policy"]["model"] = str(start)
-    for key, value in {**RL_SMALL, "train.output_dir": str(tmp_path / "run")}.items():
-        section, field = key.split(".")
-        raw[section][field] = value
+    path = tmp_path / name
+    path.write_text((REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds)))
+    start = adapter_on_base(REPO / read_yaml_mapping(path)["policy"]["model"], smollm2_model, tmp_path)
+    recipe = load_recipe(path, {**RL_SMALL, "train.output_dir": str(tmp_path / "run"), "policy.model": str(start)})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    trainer = Trainer(RecipeConfig.from_dict(raw))
+    trainer = Trainer(recipe)
     try:
         before = _lora_weights(trainer.policy.model)
         row = trainer.train_step()
