@@ -66,19 +66,64 @@ class UpdateData:
 
 @dataclass
 class UpdateStats:
-    """What one update's micro-batches and optimizer steps report, averaged into its metrics: the loss
-    statistics of every real micro-batch (``loss/*``) and the gradient norms before clipping."""
+    """What one update's micro-batches and optimizer steps report, reduced into its metrics: the loss
+    statistics of every real micro-batch (``loss/*``) and the gradient norms before clipping.
 
-    losses: dict[str, list[float]] = field(default_factory=dict)
+    The logged statistics are the mini-batch's, whatever ``optim.micro_batch_size`` splits it into (a
+    metric that moved with the micro-batch size would read as a change of the update, which it is not):
+
+    - the losses (``loss``, ``pg_loss``, ``kl_loss``) add up each micro-batch's loss times its share of
+      the mini-batch (:func:`loss_share`), as the gradients do; for ``token-sum`` the mini-batch's loss
+      is the plain sum of its micro-batches' sums;
+    - ``*_max`` and ``*_min`` keys take the maximum and minimum;
+    - the value-loss statistics (``vf_*``, ``vpred_mean``: one value per row) are row-weighted means;
+    - every other statistic (token means such as ``clip_frac``, ``approx_kl``, ``kl``, ``entropy``) is
+      token-weighted, so token means are exact (row-level fractions among them are weighted by tokens).
+
+    Several mini-batches (and PPO epochs) average their losses; the other statistics pool all micro-batches.
+    With several processes, each logs the mini-batch part it trained on."""
+
+    summed: bool = False  # ``token-sum``: a mini-batch's loss is the sum of its micro-batches' losses
+    losses: list[dict[str, float]] = field(default_factory=list)
+    weights: list[tuple[int, float, float, float]] = field(default_factory=list)  # (mini-batch, share, tokens, rows)
+    mini_batch: int = -1
     grad_norms: list[float] = field(default_factory=list)
     critic_norms: list[float] = field(default_factory=list)
 
-    def add_losses(self, stats: dict[str, float]) -> None:
-        for k, v in stats.items():
-            self.losses.setdefault(k, []).append(v)
+    LOSS_KEYS = ("loss", "pg_loss", "kl_loss")
+
+    def start_mini_batch(self) -> None:
+        self.mini_batch += 1
+
+    def add_losses(self, stats: dict[str, float], share: float = 1.0, tokens: float = 1.0, rows: float = 1.0) -> None:
+        """One real micro-batch's loss statistics, its loss share of the mini-batch, its tokens and rows."""
+        self.losses.append(dict(stats))
+        self.weights.append((max(self.mini_batch, 0), float(share), float(tokens), float(rows)))
+
+    def _reduce(self, key: str) -> float:
+        entries = [(s[key], w) for s, w in zip(self.losses, self.weights) if key in s]
+        values = np.array([v for v, _ in entries], dtype=np.float64)
+        if key.endswith("_max"):
+            return float(values.max())
+        if key.endswith("_min"):
+            return float(values.min())
+        mb, share, tokens, rows = (np.array(col, dtype=np.float64) for col in zip(*(w for _, w in entries)))
+        if key in self.LOSS_KEYS:
+            per_mb = []
+            for m in np.unique(mb):
+                sel = mb == m
+                if self.summed:
+                    per_mb.append(values[sel].sum())
+                else:
+                    per_mb.append(np.average(values[sel], weights=share[sel]) if share[sel].sum() > 0
+                                  else values[sel].mean())
+            return float(np.mean(per_mb))
+        weight = rows if (key.startswith("vf_") or key == "vpred_mean") else tokens
+        return float(np.average(values, weights=weight)) if weight.sum() > 0 else float(values.mean())
 
     def metrics(self) -> dict[str, float]:
-        out = {f"loss/{k}": float(np.mean(v)) for k, v in self.losses.items()}
+        keys = list(dict.fromkeys(k for s in self.losses for k in s))
+        out = {f"loss/{k}": self._reduce(k) for k in keys}
         if self.grad_norms:
             out["optim/grad_norm"] = float(np.mean(self.grad_norms))
         if self.critic_norms:
@@ -170,7 +215,7 @@ class TrainerUpdate:
         if self.critic is not None:
             self.critic.train()
         data = UpdateData(payloads, adv, old, ref, old_values, returns)
-        stats = UpdateStats()
+        stats = UpdateStats(summed=self.config.loss.agg == "token-sum" and not self.loss_fn.per_sequence)
         parity_pending = True  # sampler vs trainer log-probs, before the first optimizer step
         for _epoch in range(oc.ppo_epochs):
             order = self._permutation_rng().permutation(n) if multi_update else np.arange(n)
@@ -209,6 +254,7 @@ class TrainerUpdate:
         n_micro = self._n_micro_global(len(chunks))
         stand_in = self._stand_in(data.payloads[chunks[0][0]] if chunks else None, n_micro)
         multi = self.accelerator.num_processes > 1
+        stats.start_mini_batch()
         for ci in range(max(n_micro, 1)):
             real = ci < len(chunks) and len(chunks[ci]) > 0
             chunk = chunks[ci] if real else (chunks[0] if chunks and chunks[0] else None)
@@ -223,8 +269,8 @@ class TrainerUpdate:
                 if self.critic is not None:
                     ctx.enter_context(self.accelerator.no_sync(self.critic.model))
             with ctx:
-                loss, loss_stats, share = self._micro_loss(chunk, src, tokens_mb, rows_mb,
-                                                           scores_out=scores_out if real else None)
+                loss, loss_stats, share, n_tokens = self._micro_loss(chunk, src, tokens_mb, rows_mb,
+                                                                     scores_out=scores_out if real else None)
                 total = loss * share
                 if self.critic is not None:  # no shared parameters: one backward trains both
                     vloss, vstats = self._micro_value_loss(chunk, src)
@@ -234,7 +280,7 @@ class TrainerUpdate:
                     total = total * 0.0
                 self.accelerator.backward(total)
             if real:
-                stats.add_losses(loss_stats)
+                stats.add_losses(loss_stats, share=share, tokens=n_tokens, rows=len(chunk))
 
     def _optimizer_step(self, stats: UpdateStats) -> None:
         """Clip, step and zero the policy's optimizer and scheduler, then the critic's optimizer."""
@@ -255,8 +301,9 @@ class TrainerUpdate:
 
     # ---- one micro-batch --------------------------------------------------------------------------------
     def _micro_loss(self, chunk: list[int], data: UpdateData, tokens_mb: float, rows_mb: float,
-                    scores_out: Optional[dict[int, torch.Tensor]] = None) -> tuple[torch.Tensor, dict[str, float], float]:
-        """Loss of the samples ``chunk`` of ``data`` and the share of the mini-batch it stands for;
+                    scores_out: Optional[dict[int, torch.Tensor]] = None) -> tuple[torch.Tensor, dict[str, float], float, float]:
+        """Loss of the samples ``chunk`` of ``data``, the share of the mini-batch it stands for and its
+        number of loss tokens;
         ``scores_out`` (sample index -> its scored log-probs, detached) collects the forward's log-probs
         for the parity check."""
         lc = self.config.loss
@@ -287,9 +334,10 @@ class TrainerUpdate:
             weights=weights,
         )
         stats.update(is_stats)
-        share = loss_share(self.loss_fn, lc.agg, len(chunk), float(mask.sum()), tokens_mb, rows_mb,
+        n_tokens = float(mask.sum())
+        share = loss_share(self.loss_fn, lc.agg, len(chunk), n_tokens, tokens_mb, rows_mb,
                            self.accelerator.num_processes)
-        return loss, stats, share
+        return loss, stats, share, n_tokens
 
     def _off_policy_weights(self, old_lp: torch.Tensor, sampled: Optional[torch.Tensor],
                             mask: torch.Tensor) -> tuple[Optional[torch.Tensor], dict[str, float]]:
