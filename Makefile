@@ -34,12 +34,15 @@ demo: setup
 	$(VENV)/bin/stratagym models import > /dev/null
 	$(VENV)/bin/stratagym bench --suite suites/quick.yaml
 
-# The main suite in .venv and, beside it on the other core, the vLLM tests in .venv-vllm (not collected
-# in .venv, never skipped); the vLLM log is printed after the main suite. Fails if either fails.
+# The main suite in .venv on TEST_WORKERS pytest-xdist workers (work-stealing: a worker that runs out takes
+# tests from the other's queue, so the few 1-2 minute SmolLM2 tests do not leave a core idle at the end) and,
+# beside it, the vLLM tests in .venv-vllm (not collected in .venv, never skipped); the vLLM log is printed
+# after the main suite. Fails if either fails. TEST_WORKERS=0 runs the main suite in one process.
+TEST_WORKERS ?= 2
 test: setup setup-vllm
 	@mkdir -p build && rm -f build/vllm-tests.log build/vllm-tests.rc
 	@( $(VPY) -m pytest -q -m vllm tests/vllm_backend > build/vllm-tests.log 2>&1; echo $$? > build/vllm-tests.rc ) & \
-	$(PY) -m pytest -q -m "not vllm"; main=$$?; wait; \
+	$(PY) -m pytest -q -m "not vllm" -n $(TEST_WORKERS) --dist worksteal; main=$$?; wait; \
 	echo "== vLLM tests (.venv-vllm: $(VPY) -m pytest -q -m vllm tests/vllm_backend), run beside the main suite"; \
 	cat build/vllm-tests.log; vllm=$$(cat build/vllm-tests.rc); \
 	echo "main suite exit $$main, vLLM suite exit $$vllm"; test $$main -eq 0 && test $$vllm -eq 0
