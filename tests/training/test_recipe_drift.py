@@ -193,9 +193,10 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     "stratified-smollm2-lora-kl-searchqa-tools.yaml": (459, 0.5, 1.5, 0.05316, 0.155, 0.06766),
 }
 # Not pinned yet: grpo-smollm2-lora-kl-searchqa-program.yaml (the openai-SDK program through the gateway). Its
-# small step takes ~5 min here, and two runs drew the same samples (611 tokens, return 0.5, 3.0 searches) but
-# grad norms 0.1557 and 0.1506, with micro-batches of 8 and 2 (the recipe's value changed between them); the
-# env recipes' grad norm does not move with the micro-batch size, so the cause is not known yet
+# small step takes ~5 min here, and measured 2026-12-03 (four runs, same seed): (1) its sampling is not
+# reproducible (the rows come in the gateway's arrival order, and one run drew other tokens: 664 instead of 611);
+# (2) on identical rows with identical loss, micro-batches of 8 and 2 gave grad norms 0.155707 and 0.150636
+# (turning the shared-prompt and history-host layouts off leaves the mb-8 value unchanged). Both are open.
 
 RL_SMALL = {"rollout.group_size": 4, "rollout.tasks_per_step": 1, "train.total_steps": 1, "train.save_every": 0,
             "train.eval_every": 0, "train.progress": False, "train.tensorboard": False, "policy.dtype": "float32"}
