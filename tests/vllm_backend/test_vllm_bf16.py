@@ -34,12 +34,10 @@ from tests.helpers import adapter_on_base  # noqa: E402
 from tests.vllm_backend.test_vllm_generation import STOPS, searchqa_prompts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-#: whether this CPU computes bf16 natively (read before any test sets the switch)
-NATIVE_BF16 = cpu_bf16_isa() is not None
 SFT = ROOT / "data" / "checkpoints" / "sft-searchqa"
 SMOL = ROOT / "data" / "checkpoints" / "sft-smollm2-lora-searchqa"
+#: whether this CPU computes bf16 natively (read at import, before a test sets the switch)
+NATIVE_BF16 = cpu_bf16_isa() is not None
 
 
 def _both(policy: LLMPolicy, engine_path: str, prompts: list[list[int]]):
