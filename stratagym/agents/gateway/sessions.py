@@ -13,6 +13,11 @@ form of ``stratagym check-template``.
 With a folder, each session's calls are also appended to ``<folder>/<sha256(session)[:16]>.jsonl`` (the
 session's name inside each line), flushed and fsynced before the response goes out, so a killed gateway
 loses no answered call. Sessions are independent: each has its own lock-free list, the store one lock.
+
+A session may be given a seed (:meth:`SessionStore.seed_session`; the trainer gives each copy of an agent
+program one): its calls then sample with seeds derived from it and the call's number in the session
+(:meth:`SessionStore.call_seed`), so a copy draws the same tokens whatever the other copies' requests that
+its own share a batch with, and whatever order they arrive in.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 from stratagym.agents.template_audit import first_divergence
 
-__all__ = ["CallRecord", "SessionStore", "session_file"]
+__all__ = ["CallRecord", "SessionStore", "derive_seed", "session_file"]
 
 
 @dataclass
@@ -50,9 +55,18 @@ class CallRecord:
     append_only: bool | None = None
     first_diff: int | None = None
     created: float = 0.0
+    #: the sampling seed of the call (the request's, or the session's derived one); None: the global stream
+    seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def derive_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for item ``index`` of what ``seed`` seeds: call ``index`` of a seeded session, or copy
+    ``index`` of a program's task (sha256, so nearby seeds and indices give unrelated streams)."""
+    digest = hashlib.sha256(f"stratagym-seed:{int(seed)}:{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def session_file(folder: Path, session: str) -> Path:
@@ -68,7 +82,26 @@ class SessionStore:
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
         self._calls: dict[str, list[CallRecord]] = {}
+        self._seeds: dict[str, int] = {}
+        self._started: dict[str, int] = {}  # calls a seeded session has started (the next call's number)
         self._lock = threading.Lock()
+
+    def seed_session(self, session: str, seed: int) -> None:
+        """Seed ``session``: its calls sample with :func:`derive_seed` (seed, the call's number), counted in
+        the order its requests arrive (a program that calls the model from one task at a time, as agent
+        loops do, numbers its calls the same way in every run)."""
+        with self._lock:
+            self._seeds[session] = int(seed)
+            self._started[session] = 0
+
+    def call_seed(self, session: str) -> int | None:
+        """The seed of the session's next call (and count it), or None for an unseeded session."""
+        with self._lock:
+            if session not in self._seeds:
+                return None
+            index = self._started[session]
+            self._started[session] = index + 1
+            return derive_seed(self._seeds[session], index)
 
     def add(self, session: str, **fields: Any) -> CallRecord:
         """Append a call to ``session`` (checked against the session's previous call) and persist it."""
@@ -93,14 +126,18 @@ class SessionStore:
             return list(self._calls.get(session, []))
 
     def pop(self, session: str) -> list[CallRecord]:
-        """Remove a session's calls from memory and return them (its file, if any, stays)."""
+        """Remove a session's calls (and its seed) from memory and return them (its file, if any, stays)."""
         with self._lock:
+            self._seeds.pop(session, None)
+            self._started.pop(session, None)
             return self._calls.pop(session, [])
 
     def clear(self) -> None:
-        """Forget every session in memory (files stay)."""
+        """Forget every session in memory, with the seeds (files stay)."""
         with self._lock:
             self._calls.clear()
+            self._seeds.clear()
+            self._started.clear()
 
     def sessions(self) -> list[str]:
         with self._lock:

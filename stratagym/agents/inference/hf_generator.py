@@ -61,6 +61,9 @@ class HFGenerator:
         self.eos_ids = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None}
         self._piece: dict[int, str] = {}
 
+    #: :meth:`generate` honours per-prompt ``seeds``
+    per_request_seeds = True
+
     def _piece_of(self, tok: int) -> str:
         piece = self._piece.get(tok)
         if piece is None:
@@ -69,12 +72,14 @@ class HFGenerator:
         return piece
 
     @staticmethod
-    def _sample(logits: torch.Tensor, cfg: SamplingConfig, greedy: bool, draw: Optional[tuple[int, torch.Tensor]] = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(logits: torch.Tensor, cfg: SamplingConfig, greedy: bool, draw: Optional[tuple[int, torch.Tensor]] = None,
+                generators: Optional[Sequence[Optional[torch.Generator]]] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Next tokens and their log-probs under the temperature-scaled distribution (what the trainer
         re-scores), sampled after top-k/top-p filtering. ``draw = (n, rows)``: the logits are rows ``rows``
         of a batch of ``n``; uniforms are drawn for all ``n`` (the random stream does not depend on which
-        rows still decode)."""
+        rows still decode). ``generators``: per row of the batch of ``n``, its own generator (a seeded
+        request) or None (the global stream); a row with its own draws the same uniforms whatever else the
+        batch holds."""
         z = logits.float()
         if greedy:
             logp = torch.log_softmax(z, -1)
@@ -97,10 +102,15 @@ class HFGenerator:
         # torch.multinomial, costs several times more on CPU); same global torch generator.
         probs = logp.exp() if filt is z else torch.softmax(filt, -1)
         cdf = probs.cumsum(-1)
-        if draw is None:
-            u = torch.rand((cdf.shape[0], 1), device=cdf.device, dtype=cdf.dtype)
-        else:
-            u = torch.rand((draw[0], 1), device=cdf.device, dtype=cdf.dtype)[draw[1]]
+        n = cdf.shape[0] if draw is None else draw[0]
+        u = torch.rand((n, 1), device=cdf.device, dtype=cdf.dtype)
+        if generators is not None:  # seeded rows: their own stream (the global one advances as without them)
+            rows = range(n) if draw is None else draw[1].tolist()
+            for i in rows:
+                if generators[i] is not None:
+                    u[i, 0] = float(torch.rand((), generator=generators[i], dtype=torch.float64))
+        if draw is not None:
+            u = u[draw[1]]
         u = u * cdf[:, -1:]
         tok = torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
@@ -151,8 +161,12 @@ class HFGenerator:
 
     @torch.no_grad()  # not inference_mode: a transformers forward may cache buffers the training forward reuses
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False
+        self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False,
+        seeds: Optional[Sequence[Optional[int]]] = None,
     ) -> list[RawGeneration]:
+        """Sample a completion of each prompt. ``seeds``: per prompt, a seed for its own random stream (the
+        same seed and prompt give the same completion whichever other prompts share the call, up to float
+        rounding of the batched forward), or None for the process's global stream."""
         from stratagym.agents.inference.fused_decode import fused_decoder_for  # lazy: speed machinery (see __init__)
 
         if not prompt_ids:
@@ -164,6 +178,11 @@ class HFGenerator:
         model.eval()
         device = next(model.parameters()).device
         B = len(prompt_ids)
+        if seeds is not None and len(seeds) != B:
+            raise ValueError(f"{len(seeds)} seeds for {B} prompts")
+        generators = None
+        if seeds is not None and not greedy and any(s is not None for s in seeds):
+            generators = [None if s is None else torch.Generator().manual_seed(int(s) % 2**64) for s in seeds]
         try:
             decoder = (fused_decoder_for(model, force=self.fused == "force", dtype=self.compute_dtype)
                        if self.fused else None)
@@ -190,7 +209,7 @@ class HFGenerator:
             live_idx: Optional[torch.Tensor] = None
             sources: list[Any] = [None] * B  # prefix-cache sources of dropped rows
             for t in range(cfg.max_new_tokens):
-                tok, lp = self._sample(logits, cfg, greedy, None if live_idx is None else (B, live_idx))
+                tok, lp = self._sample(logits, cfg, greedy, None if live_idx is None else (B, live_idx), generators)
                 if live_idx is not None:  # back to rows of the call; dropped rows are done, their slots unused
                     tok = torch.zeros(B, dtype=tok.dtype, device=tok.device).index_copy_(0, live_idx, tok)
                     lp = torch.zeros(B, dtype=lp.dtype, device=lp.device).index_copy_(0, live_idx, lp)

