@@ -84,8 +84,8 @@ class UpdateStats:
     With several processes, each logs the mini-batch part it trained on."""
 
     summed: bool = False  # ``token-sum``: a mini-batch's loss is the sum of its micro-batches' losses
-    losses: list[dict[str, float]] = field(default_factory=list)
-    weights: list[tuple[int, float, float, float]] = field(default_factory=list)  # (mini-batch, share, tokens, rows)
+    #: per real micro-batch: (its statistics, its mini-batch, loss share, tokens, rows)
+    micro: list[tuple[dict[str, float], int, float, float, float]] = field(default_factory=list)
     mini_batch: int = -1
     grad_norms: list[float] = field(default_factory=list)
     critic_norms: list[float] = field(default_factory=list)
@@ -97,17 +97,15 @@ class UpdateStats:
 
     def add_losses(self, stats: dict[str, float], share: float = 1.0, tokens: float = 1.0, rows: float = 1.0) -> None:
         """One real micro-batch's loss statistics, its loss share of the mini-batch, its tokens and rows."""
-        self.losses.append(dict(stats))
-        self.weights.append((max(self.mini_batch, 0), float(share), float(tokens), float(rows)))
+        self.micro.append((dict(stats), max(self.mini_batch, 0), float(share), float(tokens), float(rows)))
 
     def _reduce(self, key: str) -> float:
-        entries = [(s[key], w) for s, w in zip(self.losses, self.weights) if key in s]
-        values = np.array([v for v, _ in entries], dtype=np.float64)
+        entries = [(s[key], *w) for s, *w in self.micro if key in s]
+        values, mb, share, tokens, rows = (np.array(col, dtype=np.float64) for col in zip(*entries))
         if key.endswith("_max"):
             return float(values.max())
         if key.endswith("_min"):
             return float(values.min())
-        mb, share, tokens, rows = (np.array(col, dtype=np.float64) for col in zip(*(w for _, w in entries)))
         if key in self.LOSS_KEYS:
             per_mb = []
             for m in np.unique(mb):
@@ -122,7 +120,7 @@ class UpdateStats:
         return float(np.average(values, weights=weight)) if weight.sum() > 0 else float(values.mean())
 
     def metrics(self) -> dict[str, float]:
-        keys = list(dict.fromkeys(k for s in self.losses for k in s))
+        keys = list(dict.fromkeys(k for s, *_ in self.micro for k in s))
         out = {f"loss/{k}": self._reduce(k) for k in keys}
         if self.grad_norms:
             out["optim/grad_norm"] = float(np.mean(self.grad_norms))
