@@ -178,6 +178,8 @@ def test_a_backend_that_cannot_seed_refuses_a_request_seed_with_the_fix(monkeypa
         body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
         res = httpx.post(url, json={**body, "seed": 3}, timeout=60)
         assert res.status_code == 400 and "cannot seed a request" in res.text and "hf backend" in res.text
+        greedy = httpx.post(url, json={**body, "seed": 3, "temperature": 0}, timeout=60)  # draws nothing: served
+        assert greedy.status_code == 200
         ok = httpx.post(url, json=body, headers={"X-Session-Id": "s"}, timeout=60)
         assert ok.status_code == 200 and store.calls("s")[0].seed is None
     finally:

