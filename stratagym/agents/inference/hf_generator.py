@@ -73,13 +73,13 @@ class HFGenerator:
 
     @staticmethod
     def _sample(logits: torch.Tensor, cfg: SamplingConfig, greedy: bool, draw: Optional[tuple[int, torch.Tensor]] = None,
-                generators: Optional[Sequence[Optional[torch.Generator]]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                seeded: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Next tokens and their log-probs under the temperature-scaled distribution (what the trainer
         re-scores), sampled after top-k/top-p filtering. ``draw = (n, rows)``: the logits are rows ``rows``
         of a batch of ``n``; uniforms are drawn for all ``n`` (the random stream does not depend on which
-        rows still decode). ``generators``: per row of the batch of ``n``, its own generator (a seeded
-        request) or None (the global stream); a row with its own draws the same uniforms whatever else the
-        batch holds."""
+        rows still decode). ``seeded = (rows, uniforms)``: a mask over the batch of ``n`` and, for the rows it
+        marks (seeded requests), this token's uniform from the row's own stream, used instead of the global
+        stream's (which advances as without them): such a row samples the same whatever else the batch holds."""
         z = logits.float()
         if greedy:
             logp = torch.log_softmax(z, -1)
@@ -104,11 +104,9 @@ class HFGenerator:
         cdf = probs.cumsum(-1)
         n = cdf.shape[0] if draw is None else draw[0]
         u = torch.rand((n, 1), device=cdf.device, dtype=cdf.dtype)
-        if generators is not None:  # seeded rows: their own stream (the global one advances as without them)
-            rows = range(n) if draw is None else draw[1].tolist()
-            for i in rows:
-                if generators[i] is not None:
-                    u[i, 0] = float(torch.rand((), generator=generators[i], dtype=torch.float64))
+        if seeded is not None:
+            rows, own = seeded
+            u = torch.where(rows[:, None].to(u.device), own[:, None].to(u.device, u.dtype), u)
         if draw is not None:
             u = u[draw[1]]
         u = u * cdf[:, -1:]
@@ -180,9 +178,13 @@ class HFGenerator:
         B = len(prompt_ids)
         if seeds is not None and len(seeds) != B:
             raise ValueError(f"{len(seeds)} seeds for {B} prompts")
-        generators = None
+        seeded_rows = own_uniforms = None
         if seeds is not None and not greedy and any(s is not None for s in seeds):
-            generators = [None if s is None else torch.Generator().manual_seed(int(s) % 2**64) for s in seeds]
+            # each seeded row's uniforms for the whole call, drawn up front from its own generator
+            seeded_rows = torch.tensor([s is not None for s in seeds])
+            own_uniforms = torch.stack([
+                torch.rand(cfg.max_new_tokens, generator=torch.Generator().manual_seed(int(s) % 2**64), dtype=torch.float64)
+                if s is not None else torch.zeros(cfg.max_new_tokens, dtype=torch.float64) for s in seeds])
         try:
             decoder = (fused_decoder_for(model, force=self.fused == "force", dtype=self.compute_dtype)
                        if self.fused else None)
@@ -209,7 +211,8 @@ class HFGenerator:
             live_idx: Optional[torch.Tensor] = None
             sources: list[Any] = [None] * B  # prefix-cache sources of dropped rows
             for t in range(cfg.max_new_tokens):
-                tok, lp = self._sample(logits, cfg, greedy, None if live_idx is None else (B, live_idx), generators)
+                tok, lp = self._sample(logits, cfg, greedy, None if live_idx is None else (B, live_idx),
+                                       None if seeded_rows is None else (seeded_rows, own_uniforms[:, t]))
                 if live_idx is not None:  # back to rows of the call; dropped rows are done, their slots unused
                     tok = torch.zeros(B, dtype=tok.dtype, device=tok.device).index_copy_(0, live_idx, tok)
                     lp = torch.zeros(B, dtype=lp.dtype, device=lp.device).index_copy_(0, live_idx, lp)
