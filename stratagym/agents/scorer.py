@@ -42,13 +42,14 @@ from stratagym.agents.policy import Generation, GenerationRequest, Policy, Seque
 from stratagym.atomic import atomic_write, atomic_write_with
 from stratagym.errors import ConfigError
 
-__all__ = ["Featurizer", "ScorerConfig", "ScorerNet", "ScorerPolicy", "ScorerPayload", "fill_placeholders"]
+__all__ = ["Featurizer", "ScorerConfig", "ScorerNet", "ScorerPolicy", "ScorerPayload", "fill_placeholders", "goal_text"]
 
 CONFIG_NAME = "scorer_config.json"
 WEIGHTS_NAME = "model.safetensors"
 _TOKEN = re.compile(r"[a-z0-9]+")
 _PLACEHOLDER = re.compile(r"<[^<>]{1,40}>")
 _INSTRUCTION = re.compile(r"instruction:\s*(?:\[sep\]\s*)?(.+?)\s*(?:\[sep\]|$)", re.IGNORECASE | re.DOTALL)
+_ALFWORLD_TASK = re.compile(r"your task is to:\s*(.+?)\s*(?:\n|$)", re.IGNORECASE)
 
 
 def fill_placeholders(action: str, task_text: str) -> str:
@@ -60,6 +61,13 @@ def fill_placeholders(action: str, task_text: str) -> str:
     m = _INSTRUCTION.search(task_text)
     query = " ".join((m.group(1) if m else task_text).split())[:200]
     return _PLACEHOLDER.sub(lambda _: query, action)
+
+
+def goal_text(task_text: str) -> str:
+    """The goal an episode's first observation states: ALFWorld's ``Your task is to: ...`` line,
+    WebShop's ``Instruction: ...``, else the whole observation (the synthetic envs state their cue there)."""
+    m = _ALFWORLD_TASK.search(task_text) or _INSTRUCTION.search(task_text)
+    return " ".join((m.group(1) if m else task_text).split())
 
 
 @lru_cache(maxsize=1 << 16)
@@ -77,7 +85,8 @@ class Featurizer:
 
     Roles: ``o`` current observation, ``h`` a history turn's observation, ``a`` a history turn's
     action, ``c`` the candidate action, ``m`` a candidate token that also occurs in the current
-    observation (the "does this action mention what I see" signal every text game needs).
+    observation (the "does this action mention what I see" signal every text game needs), ``g`` the
+    episode's goal and ``n`` a candidate token that also occurs in it (both only with ``goal``).
     """
 
     def __init__(self, buckets: int = 1 << 13):
@@ -98,12 +107,20 @@ class Featurizer:
         return out
 
     def overlap(self, candidate: str, observation: str) -> np.ndarray:
-        key = ("m", candidate + "\x00" + observation)
+        """``m:`` features: the candidate's tokens that the current observation also holds."""
+        return self._shared("m", candidate, observation)
+
+    def goal_overlap(self, candidate: str, goal: str) -> np.ndarray:
+        """``n:`` features: the candidate's tokens that the goal names ("take the mug the task asks for")."""
+        return self._shared("n", candidate, goal)
+
+    def _shared(self, role: str, candidate: str, reference: str) -> np.ndarray:
+        key = (role, candidate + "\x00" + reference)
         out = self._cache.get(key)
         if out is None:
-            seen = set(tokens(observation))
+            seen = set(tokens(reference))
             shared = [t for t in tokens(candidate) if t in seen]
-            feats = [f"m:{t}" for t in shared] + ["m:<any>"] * len(shared)
+            feats = [f"{role}:{t}" for t in shared] + [f"{role}:<any>"] * len(shared)
             out = np.fromiter((_bucket(f, self.buckets) for f in feats), dtype=np.int64, count=len(feats))
             self._cache[key] = out
         return out
@@ -122,12 +139,17 @@ class Featurizer:
 
 @dataclass
 class ScorerConfig:
-    """Size of the scorer. ``memory``: history turns the policy sees (0 = memoryless)."""
+    """Size of the scorer. ``memory``: history turns the policy sees (0 = memoryless). ``goal``: the
+    context also holds the episode's goal (:func:`goal_text` of the first observation) at every turn, and
+    each candidate the goal's words it repeats. ALFWorld states the goal only in the first observation, so
+    without it a scorer with a short memory forgets what it was asked after ``memory`` turns. Off by
+    default: the studies run before it existed keep their features, bit for bit."""
 
     buckets: int = 1 << 13
     hidden: int = 64
     memory: int = 4
     init_std: float = 0.1
+    goal: bool = False
 
 
 @dataclass
@@ -243,6 +265,10 @@ class ScorerPolicy(Policy):
         task_text = request.history[0].observation if request.history else request.observation
         actions = [fill_placeholders(a, task_text) for a in actions]
         cands = tuple(self.featurizer.candidate(a, request.observation) for a in actions)
+        if self.config.goal:
+            goal = goal_text(task_text)
+            ctx = np.concatenate([ctx, self.featurizer.text("g", goal)])
+            cands = tuple(np.concatenate([c, self.featurizer.goal_overlap(a, goal)]) for c, a in zip(cands, actions))
         return ctx, cands, actions
 
     def _scores(self, model: nn.Module, contexts: Sequence[np.ndarray], cands: Sequence[Sequence[np.ndarray]]):

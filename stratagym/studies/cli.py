@@ -61,6 +61,8 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         board: Optional[str] = typer.Option(None, "--board", help="Also submit the records to this leaderboard (path or URL)."),
         no_records: bool = typer.Option(False, "--no-records", help="Skip the leaderboard records."),
         report_only: bool = typer.Option(False, "--report-only", help="Re-render table.md and curves.png from results.json."),
+        jobs: int = typer.Option(1, "--jobs", "-j", help="Runs trained at once, one process and one thread each "
+                                 "(the results do not depend on it)."),
     ) -> None:
         """Run controlled study NAME (a file of suites/studies/, or a path to one; 'list' lists them):
         every method x seed, then results.json, table.md, curves.png and leaderboard records in
@@ -72,6 +74,8 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
             return
         if seeds < 0 or iterations < 0:
             _fail("--seeds and --iterations must be >= 0 (0: the study's own)")
+        if jobs < 1:
+            _fail(f"--jobs must be >= 1, got {jobs}")
 
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         from stratagym.studies.definitions import get_study, results_dir, study_path  # lazy: ~12 ms; `stratagym --help` stays fast
@@ -98,7 +102,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
 
         try:
             run_study(study, out_dir, board=board, records=not no_records, log=typer.echo,
-                      study_file=study_path(name))
+                      study_file=study_path(name), jobs=jobs)
         except ConfigError as exc:
             _fail(f"study {study.name}: {exc}")
 

@@ -23,6 +23,8 @@ A study file (``suites/studies/context.yaml`` is a full one)::
     lr: 0.02
     hidden: 64                           # the scorer policy's size and memory (turns it sees)
     memory: 4
+    goal: false                          # the scorer also sees the episode's goal at every turn (ALFWorld)
+    warm_start: {}                       # optional: clone a scripted expert before RL (below)
     eval_every: 5                        # the learning curve's schedule
     eval_episodes_per_task: 4
     final_episodes_per_task: 16          # the table's final sampled evaluation
@@ -36,6 +38,17 @@ A study file (``suites/studies/context.yaml`` is a full one)::
                                          #   (e.g. {out_of_distribution: {split: out_of_distribution}}); each
                                          #   adds success/<name> to the curves and the table
     registration: {}                     # optional pre-registration, committed before the runs (below)
+
+``warm_start`` (behaviour cloning of a scripted expert into each seed's initial scorer, before RL:
+:mod:`stratagym.training.scorer_imitation`; the demonstrations are collected once per study, on the
+training env's train split with the study's ``env_kwargs``, never an evaluation split)::
+
+    warm_start:
+      agent: scripted:searcher           # a scripted agent of the env
+      episodes_per_task: 1               # expert episodes per train task (only won ones are kept)
+      epochs: 30                         # passes over the demonstrations (Adam, shuffled by the seed)
+      lr: 0.01
+      batch_size: 256
 
 ``registration`` (a controlled study's pre-registration; the runner refuses to run a study that has one
 unless the study file is committed unchanged in git, and records that commit)::
@@ -78,7 +91,7 @@ from stratagym.paths import REPO_ROOT
 
 __all__ = [
     "Method", "Study", "STUDY_DIR", "RESULTS_DIR", "load_study", "load_studies", "get_study", "study_names",
-    "results_dir", "legacy_study_dict", "study_path", "check_registration",
+    "results_dir", "legacy_study_dict", "study_path", "check_registration", "check_warm_start",
 ]
 
 #: Where the study definitions live: ``suites/studies/<name>.yaml`` in the source checkout.
@@ -123,6 +136,8 @@ class Study:
     prediction: str = ""
     eval_splits: dict[str, dict[str, Any]] = field(default_factory=dict)
     registration: dict[str, Any] = field(default_factory=dict)
+    goal: bool = False
+    warm_start: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The definition as plain data (``results.json``'s ``study``): the YAML file's fields."""
@@ -147,7 +162,7 @@ _RULES = {
     "eval_episodes_per_task": "positive_int", "final_episodes_per_task": "positive_int",
     "eval_tasks": "optional_positive_int", "track": "texts", "split_by": "optional_text",
     "requires_env": "bool", "compare_to": "texts", "extra_metrics": "texts", "eval_splits": "mapping",
-    "registration": "mapping",
+    "registration": "mapping", "goal": "bool", "warm_start": "mapping",
 }
 _CHECKS: dict[str, Check] = {key: CHECKS[rule] for key, rule in _RULES.items()}
 _REQUIRED = ("title", "claim", "env", "methods")
@@ -179,6 +194,8 @@ def study_from_dict(data: Any, *, where: str, name: str | None = None) -> Study:
     if unknown_refs:
         raise ConfigError(f"{where}: compare_to names {unknown_refs}, which are not methods; methods: {labels}")
     _check_eval_splits(data.get("eval_splits", {}), where)
+    if data.get("warm_start"):
+        data["warm_start"] = check_warm_start(data["warm_start"], where)
     if data.get("registration"):
         check_registration(data["registration"], labels, where, eval_splits=data.get("eval_splits", {}))
     for key in ("track", "compare_to", "extra_metrics"):
@@ -195,6 +212,25 @@ def _check_eval_splits(splits: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: eval_splits names must be non-empty strings without '/', got {name!r}")
         if not isinstance(kw, dict):
             raise ConfigError(f"{where}: eval_splits.{name} must be a mapping of env kwargs, got {kw!r}")
+
+
+#: A ``warm_start`` mapping's keys and their defaults (``agent`` has none: it must be named).
+WARM_START_DEFAULTS: dict[str, Any] = {"episodes_per_task": 1, "epochs": 30, "lr": 0.01, "batch_size": 256}
+
+
+def check_warm_start(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check a study's ``warm_start`` and return it with every default filled in (so ``results.json``
+    records exactly what ran)."""
+    where = f"{where}: warm_start"
+    check_keys(spec, ("agent", *WARM_START_DEFAULTS), where)
+    agent = spec.get("agent")
+    if not (isinstance(agent, str) and agent.startswith("scripted:") and len(agent) > len("scripted:")):
+        raise ConfigError(f"{where}: agent must name a scripted agent such as scripted:searcher, got {agent!r}")
+    out = {"agent": agent, **WARM_START_DEFAULTS, **{k: v for k, v in spec.items() if k != "agent"}}
+    check_values(out, {"episodes_per_task": CHECKS["positive_int"], "epochs": CHECKS["positive_int"],
+                       "lr": CHECKS["positive_float"], "batch_size": CHECKS["positive_int"]}, where)
+    out["lr"] = float(out["lr"])
+    return out
 
 
 #: The keys of a controlled study's ``registration`` and the tests it may name.

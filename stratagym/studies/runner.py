@@ -15,7 +15,7 @@ import hashlib
 import json
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -40,6 +40,7 @@ from stratagym.training.config import (
     TrainConfig,
 )
 from stratagym.training.rollout import InProcessPool, RolloutCollector
+from stratagym.training.scorer_imitation import ScorerDemos, collect_scorer_demos, imitate
 from stratagym.training.trainer import Trainer
 
 __all__ = ["SCORER_CLASS", "StudyRun", "recipe_for", "run_one", "run_study", "finish_results", "evaluate_policy", "render",
@@ -49,12 +50,20 @@ __all__ = ["SCORER_CLASS", "StudyRun", "recipe_for", "run_one", "run_study", "fi
 SCORER_CLASS = "stratagym.agents.scorer:ScorerPolicy"
 
 
+def policy_options(study: Study) -> dict[str, Any]:
+    """The scorer's options in a recipe and a record (``goal`` only when on, so the records of studies
+    run before it existed read as they did)."""
+    options: dict[str, Any] = {"class": SCORER_CLASS, "hidden": study.hidden, "memory": study.memory}
+    if study.goal:
+        options["goal"] = True
+    return options
+
+
 def recipe_for(study: Study, method: Method, seed: int, output_dir: str) -> Any:
     """The training recipe of one arm and seed (a :class:`RecipeConfig`, validated)."""
     return RecipeConfig(
         name=f"{study.name}-{slug(method.label)}-seed{seed}",
-        policy={"class": SCORER_CLASS, "hidden": study.hidden, "memory": study.memory,
-                "seed": seed},
+        policy={**policy_options(study), "seed": seed},
         env=EnvConfig(id=study.env, kwargs={**study.env_kwargs, **method.env_kwargs}),
         rollout=RolloutConfig(group_size=study.group_size, tasks_per_step=study.tasks_per_iteration,
                               workers="inprocess", max_turns=200),
@@ -114,21 +123,50 @@ class StudyRun:
     policy: Any = None
     #: eval set ("" for the training env, else an ``eval_splits`` name) -> task id -> final success rate
     per_task: dict[str, dict[str, float]] | None = None
+    #: the warm start's last epoch (loss, and the share of demonstrated turns the greedy scorer matches)
+    imitation: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"method": self.method, "seed": self.seed, "curve": self.curve, "final": self.final,
              "seconds": self.seconds}
         if self.per_task is not None:
             d["per_task"] = self.per_task
+        if self.imitation is not None:
+            d["imitation"] = self.imitation
         return d
 
 
+#: Demonstrations already collected in this process, by what determines them (a study's arms and seeds
+#: share one collection: the expert is greedy and its features do not depend on the scorer's weights).
+_DEMOS: dict[str, ScorerDemos] = {}
+
+
+def warm_start_demos(study: Study, scorer: Any) -> ScorerDemos:
+    """The study's ``warm_start`` demonstrations: its expert on every task of the train split, with the
+    study's env kwargs (not an arm's: every arm starts from the same clone), collected once per process."""
+    spec = study.warm_start
+    key = json.dumps([study.env, study.env_kwargs, spec, asdict(scorer.config)], sort_keys=True, default=str)
+    if key not in _DEMOS:
+        _DEMOS[key] = collect_scorer_demos(scorer, study.env, spec["agent"], env_kwargs=dict(study.env_kwargs),
+                                           split="train", episodes_per_task=int(spec["episodes_per_task"]))
+    return _DEMOS[key]
+
+
 def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task: int | None = None,
-            on_iteration: Optional[Callable[[int], None]] = None) -> StudyRun:
-    """Train one arm with one seed through the Trainer and evaluate it on the study's schedule."""
+            on_iteration: Optional[Callable[[int], None]] = None, demos: ScorerDemos | None = None) -> StudyRun:
+    """Train one arm with one seed through the Trainer and evaluate it on the study's schedule.
+
+    ``demos``: the study's warm-start demonstrations when the caller collected them already (a worker
+    process gets them from the parent instead of playing the expert again)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stratagym-study-") as tmp:
         trainer = Trainer(recipe_for(study, method, seed, tmp))
+        imitation = None
+        if study.warm_start:  # the clone is this seed's initial policy, the same for every arm
+            spec = study.warm_start
+            history = imitate(trainer.policy, demos or warm_start_demos(study, trainer.policy), epochs=int(spec["epochs"]),
+                              lr=float(spec["lr"]), batch_size=int(spec["batch_size"]), seed=seed)
+            imitation = history[-1]
         env_kwargs = {**study.env_kwargs, **method.env_kwargs}
         eval_collector = RolloutCollector(study.env, trainer.policy, group_size=1,
                                           pool=InProcessPool(study.env, env_kwargs), max_turns=200)
@@ -185,12 +223,13 @@ def run_one(study: Study, method: Method, seed: int, *, final_episodes_per_task:
                 vals = [p[key] for p in curve[1:] if key in p]
                 final["auc/" + key.split("/", 1)[1]] = float(np.mean(vals)) if vals else float("nan")
             policy = trainer.policy.frozen_copy()
+            policy.featurizer = type(policy.featurizer)(policy.featurizer.buckets)  # the cache, not the features
         finally:
             eval_collector.close()
             for coll in split_collectors.values():
                 coll.close()
             trainer.close()
-    return StudyRun(method.label, seed, curve, final, time.perf_counter() - t0, policy, per_task)
+    return StudyRun(method.label, seed, curve, final, time.perf_counter() - t0, policy, per_task, imitation)
 
 
 def weights_hash(policy: Any) -> str:
@@ -231,7 +270,8 @@ def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dic
             "tasks_per_iteration": study.tasks_per_iteration,
             "group_size": study.group_size,
             "lr": study.lr,
-            "policy": {"class": SCORER_CLASS, "hidden": study.hidden, "memory": study.memory},
+            "policy": policy_options(study),
+            **({"warm_start": dict(study.warm_start)} if study.warm_start else {}),
             "curve": {str(r.seed): [[p["iteration"], p["success"]] for p in r.curve] for r in runs},
         },
     )
@@ -327,14 +367,17 @@ def registration_proof(study: Study, study_file: str | Path | None, *, require_c
 def run_study(
     study: Study, out_dir: str | Path, *, seeds: Sequence[int] | None = None, board: str | None = None,
     log: Callable[[str], None] = print, records: bool = True, study_file: str | Path | None = None,
-    require_commit: bool = True,
+    require_commit: bool = True, jobs: int = 1,
 ) -> dict[str, Any]:
     """Run every arm x seed, write ``results.json``, ``table.md``, ``curves.png`` and records to ``out_dir``.
 
     Runs go seed by seed (every method of seed 0, then seed 1, ...), and ``results.json`` is rewritten
-    after each run with ``"complete": false``, so a study stopped part way leaves complete paired seeds
-    on disk. A study with a ``registration`` runs only if ``study_file`` is committed unchanged in git
-    (:func:`registration_proof`); the commit is recorded, and the registered verdicts are computed."""
+    after each run with ``"complete": false``, so a study stopped part way leaves its finished runs on
+    disk (with ``jobs`` 1, complete paired seeds). ``jobs`` > 1 trains that many runs at once in spawned
+    processes of one thread each; the runs and everything computed from them equal the sequential ones
+    (only ``seconds`` differ), listed in the sequential order. A study with a ``registration`` runs only
+    if ``study_file`` is committed unchanged in git (:func:`registration_proof`); the commit is
+    recorded, and the registered verdicts are computed."""
     proof = registration_proof(study, study_file, require_commit=require_commit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -345,17 +388,45 @@ def run_study(
     results: dict[str, Any] = {"study": study.to_dict(), "seeds": seeds, "runs": []}
     if study.registration:
         results["registration_commit"] = proof
-    for seed in seeds:
-        for method in study.methods:
-            run = run_one(study, method, seed)
-            runs.append(run)
-            results["runs"] = [r.to_dict() for r in runs]
-            results["complete"] = False
-            results["seconds"] = time.perf_counter() - t_start
-            write_json_atomic(out / "results.json", results)  # a stopped study keeps its finished runs
-            log(f"{study.name}: {method.label:28s} seed {seed}: success {run.final['success']:.3f} "
-                + " ".join(f"{k} {v:.3f}" for k, v in run.final.items() if k.startswith("success/"))
-                + f" ({run.seconds:.1f}s)")
+    demos = None
+    if study.warm_start:  # collected before the first run, so results.json says what every seed cloned
+        from stratagym.agents.scorer import ScorerPolicy
+
+        probe = ScorerPolicy.from_config({k: v for k, v in policy_options(study).items() if k != "class"})
+        demos = warm_start_demos(study, probe)
+        results["warm_start"] = demos.summary()
+    order = [(seed, method) for seed in seeds for method in study.methods]
+    rank = {(seed, method.label): i for i, (seed, method) in enumerate(order)}
+
+    def finished(run: StudyRun) -> None:
+        runs.append(run)
+        runs.sort(key=lambda r: rank[(r.seed, r.method)])  # the sequential order, whatever finished first
+        results["runs"] = [r.to_dict() for r in runs]
+        results["complete"] = False
+        results["seconds"] = time.perf_counter() - t_start
+        write_json_atomic(out / "results.json", results)  # a stopped study keeps its finished runs
+        log(f"{study.name}: {run.method:28s} seed {run.seed}: success {run.final['success']:.3f} "
+            + " ".join(f"{k} {v:.3f}" for k, v in run.final.items() if k.startswith("success/"))
+            + f" ({run.seconds:.1f}s)")
+
+    if jobs <= 1:
+        for seed, method in order:
+            finished(run_one(study, method, seed, demos=demos))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawned workers (no fork of a process that holds torch's thread pools), one thread each; every run
+        # is seeded on its own, so the runs equal the sequential ones
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            futures = [pool.submit(run_one, study, method, seed, demos=demos) for seed, method in order]
+            try:
+                for future in as_completed(futures):
+                    finished(future.result())
+            except BaseException:  # a failed run or Ctrl-C: start nothing more; the finished runs are on disk
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     results.pop("complete")
     write_json_atomic(out / "results.json", results)  # the runs are safe even if the records step fails
     if records:

@@ -62,6 +62,7 @@ __all__ = [
     "read_demos",
     "demos_digest",
     "check_train_split",
+    "accepts_split",
 ]
 
 #: Split names that hold evaluation tasks in stratagym's envs (and in common datasets).
@@ -129,7 +130,8 @@ def expert_completion(template: PromptTemplate, action: str, *, env_id: str = ""
     return template.format_action(action)
 
 
-def _accepts_split(env_id: str, env_kwargs: dict[str, Any]) -> bool:
+def accepts_split(env_id: str, env_kwargs: dict[str, Any]) -> bool:
+    """Whether ``env_id``'s constructor takes a ``split`` (the synthetic envs have none)."""
     import gymnasium as gym
 
     try:
@@ -215,7 +217,7 @@ def collect_demos(
     if not name:
         raise ConfigError("--agent needs a scripted agent name, e.g. scripted:oracle")
     kwargs = dict(env_kwargs or {})
-    if _accepts_split(env_id, kwargs):
+    if accepts_split(env_id, kwargs):
         kwargs["split"] = split
     elif split != "train":
         raise ConfigError(f"{env_id} has no splits; leave --split at train")

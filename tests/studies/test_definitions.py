@@ -35,10 +35,11 @@ COMMITTED = sorted(p.parent.name for p in RESULTS.glob("*/results.json"))
 #: 80fd5e4). Those runs were made with the value given here where it changes the runs: ``run_one``'s
 #: fixed ``final_episodes_per_task=16`` and an evaluation on every task (git show 80fd5e4:
 #: stratagym/studies/runner.py, line 107), and with no evaluation set but the training env's and no registration
-#: (``eval_splits``, ``registration``: added for alfworld-scorer). The others only choose what the report
-#: shows (None: any value).
+#: (``eval_splits``, ``registration``: added for alfworld-scorer), with a goal-blind scorer started from
+#: random weights (``goal``, ``warm_start``: added for alfworld-warm). The others only choose what the
+#: report shows (None: any value).
 ADDED_LATER = {"final_episodes_per_task": 16, "eval_tasks": None, "prediction": None, "extra_metrics": None,
-               "compare_to": None, "eval_splits": {}, "registration": {}}
+               "compare_to": None, "eval_splits": {}, "registration": {}, "goal": False, "warm_start": {}}
 
 
 def _plain(value):
@@ -47,8 +48,11 @@ def _plain(value):
 
 
 def test_one_yaml_per_committed_study_and_nothing_else():
-    assert len(COMMITTED) == 9
-    assert study_names() == COMMITTED
+    assert len(COMMITTED) >= 9 and set(COMMITTED) <= set(study_names())
+    # a registered study is committed before its runs (the commit is the registration's proof), so it is the
+    # one kind of study file that may have no results yet
+    pending = [n for n in study_names() if n not in COMMITTED]
+    assert all(get_study(n).registration for n in pending), pending
     assert STUDY_DIR == ROOT / "suites" / "studies"
 
 
@@ -63,7 +67,7 @@ def test_yaml_is_the_definition_the_committed_results_were_run_with(name):
     missing = set(mine) - set(recorded)
     assert missing <= set(ADDED_LATER), missing
     for key in missing:
-        if key in ("final_episodes_per_task", "eval_tasks", "eval_splits", "registration"):
+        if key in ("final_episodes_per_task", "eval_tasks", "eval_splits", "registration", "goal", "warm_start"):
             assert getattr(study, key) == ADDED_LATER[key], (name, key)
     # the runs themselves: seeds 0..n-1 for every method, nothing else
     assert results["seeds"] == list(range(study.n_seeds))
@@ -161,7 +165,7 @@ def test_unreadable_files(tmp_path):
         load_study(bad)
     with pytest.raises(ConfigError, match="cannot read study file"):
         load_study(tmp_path / "absent.yaml")
-    with pytest.raises(ConfigError, match=r"unknown study 'nope'; studies: alfworld-context, alfworld-scorer, context, "):
+    with pytest.raises(ConfigError, match=r"unknown study 'nope'; studies: alfworld-context, alfworld-scorer, alfworld-warm, context, "):
         get_study("nope")
 
 

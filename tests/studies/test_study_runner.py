@@ -72,6 +72,17 @@ def test_run_study_writes_everything(tmp_path):
         assert len(lb) == len(study.methods)  # one validated record per method on the board
 
 
+def test_parallel_runs_equal_the_sequential_ones(tmp_path):
+    """Worker count must not change a result: jobs=2 trains in spawned processes, and every run, the
+    order they are listed in and the summary equal jobs=1's (only wall times differ)."""
+    study = _tiny("difficulty").with_overrides(n_seeds=1)
+    one = run_study(study, tmp_path / "one", log=lambda _: None, records=False)
+    two = run_study(study, tmp_path / "two", log=lambda _: None, records=False, jobs=2)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(two["runs"]) == strip(one["runs"]) and len(one["runs"]) == len(study.methods)
+    assert strip(two["summary"]) == strip(one["summary"])
+
+
 def test_labels_cannot_break_the_markdown_table():
     """A label is user text from a study file: a '|' or a newline in it must not add cells or rows."""
     from stratagym.studies.report import markdown_table, md_cell
