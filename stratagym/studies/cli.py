@@ -63,6 +63,8 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         report_only: bool = typer.Option(False, "--report-only", help="Re-render table.md and curves.png from results.json."),
         jobs: int = typer.Option(1, "--jobs", "-j", help="Runs trained at once, one process and one thread each "
                                  "(the results do not depend on it)."),
+        restart: bool = typer.Option(False, "--restart", help="Train every run again, even when OUT holds a "
+                                     "stopped start of this study (by default its finished runs are kept)."),
     ) -> None:
         """Run controlled study NAME (a file of suites/studies/, or a path to one; 'list' lists them):
         every method x seed, then results.json, table.md, curves.png and leaderboard records in
@@ -102,7 +104,7 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
 
         try:
             run_study(study, out_dir, board=board, records=not no_records, log=typer.echo,
-                      study_file=study_path(name), jobs=jobs)
+                      study_file=study_path(name), jobs=jobs, resume=not restart)
         except ConfigError as exc:
             _fail(f"study {study.name}: {exc}")
 

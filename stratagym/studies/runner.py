@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from stratagym.agents.policy import unwrap_model
+from stratagym.agents.scorer import ScorerPolicy
 from stratagym.atomic import atomic_write, write_json_atomic
 from stratagym.errors import ConfigError
 from stratagym.eval.harness import EvalConfig, evaluate
@@ -133,6 +134,8 @@ class StudyRun:
             d["per_task"] = self.per_task
         if self.imitation is not None:
             d["imitation"] = self.imitation
+        if self.policy is not None:  # what a resumed study checks its saved copy against
+            d["weights_sha256"] = weights_hash(self.policy)
         return d
 
 
@@ -238,6 +241,53 @@ def weights_hash(policy: Any) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def policy_dir(out_dir: str | Path, method: str, seed: int) -> Path:
+    """Where :func:`run_study` keeps one run's trained policy (``save_pretrained``; ~4 MB, not committed)."""
+    return Path(out_dir) / "policies" / slug(method) / f"seed-{seed}"
+
+
+#: what a stopped study's ``results.json`` must share with the new start for its runs to be kept
+_RESUME_KEYS = ("study", "seeds", "registration_commit", "warm_start")
+
+
+def resumable_runs(results: dict[str, Any], out_dir: str | Path, log: Callable[[str], None] = print) -> list[StudyRun]:
+    """The finished runs of a stopped start of this very study (same definition, seeds, registration
+    commit and warm-start demonstrations) whose trained policies are on disk unchanged.
+
+    Every run is seeded on its own, so a kept run equals the one a fresh start would train: the study
+    resumed is the study run at once. A complete ``results.json`` is not resumed (running a study again
+    runs it again); a run whose saved policy is missing or differs from its recorded hash is trained again."""
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(old, dict) or old.get("complete") is not False:
+        return []
+    as_stored = json.loads(json.dumps({k: results.get(k) for k in _RESUME_KEYS}))  # tuples read back as lists
+    changed = [k for k in _RESUME_KEYS if old.get(k) != as_stored[k]]
+    if changed:
+        log(f"{results['study']['name']}: {path} holds a stopped start with another {', '.join(changed)}; "
+            "starting afresh")
+        return []
+    kept: list[StudyRun] = []
+    for r in old.get("runs", []):
+        folder = policy_dir(out_dir, r["method"], r["seed"])
+        try:
+            policy = ScorerPolicy.from_pretrained(str(folder)).frozen_copy()  # as run_one hands it back
+        except Exception:  # noqa: BLE001 - missing, truncated, not safetensors: the run is trained again
+            continue
+        if weights_hash(policy) != r.get("weights_sha256"):
+            continue
+        kept.append(StudyRun(r["method"], r["seed"], r["curve"], r["final"], r["seconds"], policy,
+                             r.get("per_task"), r.get("imitation")))
+    log(f"{results['study']['name']}: resuming a stopped start: {len(kept)} of its {len(old.get('runs', []))} "
+        "finished runs kept")
+    return kept
 
 
 def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dict[str, Any]:
@@ -367,7 +417,7 @@ def registration_proof(study: Study, study_file: str | Path | None, *, require_c
 def run_study(
     study: Study, out_dir: str | Path, *, seeds: Sequence[int] | None = None, board: str | None = None,
     log: Callable[[str], None] = print, records: bool = True, study_file: str | Path | None = None,
-    require_commit: bool = True, jobs: int = 1,
+    require_commit: bool = True, jobs: int = 1, resume: bool = True,
 ) -> dict[str, Any]:
     """Run every arm x seed, write ``results.json``, ``table.md``, ``curves.png`` and records to ``out_dir``.
 
@@ -375,7 +425,9 @@ def run_study(
     after each run with ``"complete": false``, so a study stopped part way leaves its finished runs on
     disk (with ``jobs`` 1, complete paired seeds). ``jobs`` > 1 trains that many runs at once in spawned
     processes of one thread each; the runs and everything computed from them equal the sequential ones
-    (only ``seconds`` differ), listed in the sequential order. A study with a ``registration`` runs only
+    (only ``seconds`` differ), listed in the sequential order. Every finished run's policy is saved
+    (:func:`policy_dir`); with ``resume``, a start that finds a stopped start of the same study keeps its
+    finished runs and trains only the rest (:func:`resumable_runs`). A study with a ``registration`` runs only
     if ``study_file`` is committed unchanged in git (:func:`registration_proof`); the commit is
     recorded, and the registered verdicts are computed."""
     proof = registration_proof(study, study_file, require_commit=require_commit)
@@ -390,15 +442,19 @@ def run_study(
         results["registration_commit"] = proof
     demos = None
     if study.warm_start:  # collected before the first run, so results.json says what every seed cloned
-        from stratagym.agents.scorer import ScorerPolicy
-
         probe = ScorerPolicy.from_config({k: v for k, v in policy_options(study).items() if k != "class"})
         demos = warm_start_demos(study, probe)
         results["warm_start"] = demos.summary()
     order = [(seed, method) for seed in seeds for method in study.methods]
     rank = {(seed, method.label): i for i, (seed, method) in enumerate(order)}
+    if resume:
+        runs = [r for r in resumable_runs(results, out, log) if (r.seed, r.method) in rank]
+        done = {(r.seed, r.method) for r in runs}
+        order = [(seed, method) for seed, method in order if (seed, method.label) not in done]
 
     def finished(run: StudyRun) -> None:
+        if run.policy is not None:  # saved before results.json names the run, so a listed run has its policy
+            run.policy.save_pretrained(str(policy_dir(out, run.method, run.seed)))
         runs.append(run)
         runs.sort(key=lambda r: rank[(r.seed, r.method)])  # the sequential order, whatever finished first
         results["runs"] = [r.to_dict() for r in runs]

@@ -83,6 +83,62 @@ def test_parallel_runs_equal_the_sequential_ones(tmp_path):
     assert strip(two["summary"]) == strip(one["summary"])
 
 
+def test_a_stopped_study_resumes_to_the_results_of_one_start(tmp_path):
+    """Interrupted work resumes exactly: a study stopped after its first run keeps that run (its saved
+    policy, checked against its hash), trains the rest, and ends with the runs, summary and leaderboard
+    records of a study run at once. A tampered policy is trained again; another definition starts afresh."""
+    from stratagym.studies.runner import policy_dir
+
+    study = _tiny("difficulty").with_overrides(n_seeds=1)
+    quiet = lambda _: None  # noqa: E731
+    fresh = run_study(study, tmp_path / "fresh", log=quiet)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_run(line: str) -> None:
+        if " seed 0: " in line:
+            raise Stop
+
+    out = tmp_path / "stopped"
+    with pytest.raises(Stop):
+        run_study(study, out, log=stop_after_first_run)
+    stopped = json.loads((out / "results.json").read_text())
+    assert stopped["complete"] is False and len(stopped["runs"]) == 1
+    first = stopped["runs"][0]
+    assert (policy_dir(out, first["method"], 0) / "model.safetensors").is_file()
+
+    lines: list[str] = []
+    resumed = run_study(study, out, log=lines.append)
+    assert any("1 of its 1 finished runs kept" in line for line in lines)
+    trained = [line for line in lines if " seed 0: " in line]
+    assert len(trained) == len(study.methods) - 1  # only the runs the stopped start had not finished
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(resumed["runs"]) == strip(fresh["runs"])
+    assert strip(resumed["summary"]) == strip(fresh["summary"])
+    assert resumed["greedy_success"] == fresh["greedy_success"]  # the records' greedy play of the kept policy
+    assert "complete" not in resumed
+
+    # a complete study is run again, not resumed; a stopped start with a tampered policy retrains that run
+    resumed["complete"] = False
+    (out / "results.json").write_text(json.dumps(resumed))
+    weights = policy_dir(out, first["method"], 0) / "model.safetensors"
+    weights.write_bytes(b"not a safetensors file")
+    lines.clear()
+    again = run_study(study, out, log=lines.append, records=False)
+    assert any(f"{len(study.methods) - 1} of its {len(study.methods)} finished runs kept" in line for line in lines)
+    assert strip(again["runs"]) == strip(fresh["runs"])
+
+    # another definition (here: its iterations) does not reuse the runs
+    again["complete"] = False
+    (out / "results.json").write_text(json.dumps(again))
+    lines.clear()
+    other = run_study(study.with_overrides(iterations=1), out, log=lines.append, records=False)
+    assert any("another study; starting afresh" in line for line in lines)
+    assert len([line for line in lines if " seed 0: " in line]) == len(study.methods)
+    assert other["study"]["iterations"] == 1
+
+
 def test_labels_cannot_break_the_markdown_table():
     """A label is user text from a study file: a '|' or a newline in it must not add cells or rows."""
     from stratagym.studies.report import markdown_table, md_cell

@@ -33,7 +33,7 @@ from typing import Any, Iterator, Mapping
 
 from stratagym.envs.alfworld import disk_cache as disk_cache_mod
 from stratagym.envs.alfworld import paths, speedups
-from stratagym.envs.alfworld.runtime import load_engine_modules, preserve_argv
+from stratagym.envs.alfworld.runtime import load_engine_modules, preserve_argv, release_library
 from stratagym.envs.alfworld.searcher import SearchingExpert, location_prior
 from stratagym.errors import ConfigError
 
@@ -114,6 +114,8 @@ class AlfredEngine:
     # ---- engine calls ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _engine_call(self) -> Iterator[None]:
+        if getattr(self, "_closed", False):  # its library copy may now be another engine's
+            raise RuntimeError("this ALFWorld engine is closed; make a new one")
         with preserve_argv(), speedups.active(self.fast, disk_cache=self.disk_cache):
             yield
 
@@ -223,7 +225,8 @@ class AlfredEngine:
         """Free the planning state held by this engine's copy of fast-downward.
 
         The library copy itself stays mapped: unloading it (``fast_downward.close_lib``) makes the
-        interpreter crash at exit, when the C++ runtime runs destructors the library registered.
+        interpreter crash at exit, when the C++ runtime runs destructors the library registered. It goes
+        back to this process's free copies, for the next engine (see :mod:`.runtime`).
         """
         if self._closed:
             return
@@ -231,5 +234,8 @@ class AlfredEngine:
         lib = getattr(self._pddl, "downward_lib", None)
         if lib is not None:
             speedups.library_changed(lib)  # a state loaded into it is not handed to a later reset
-            with contextlib.suppress(Exception):
+            try:
                 lib.cleanup()
+            except Exception:  # noqa: BLE001 - a copy whose state could not be freed is not handed on
+                return
+            release_library(lib)

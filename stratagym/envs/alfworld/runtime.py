@@ -8,7 +8,14 @@ Three side effects of the stock packages are contained here, once per process:
   restores it around every engine call;
 * ``fast_downward.load_lib`` copies its shared library into the system temp folder: the copy goes to
   ``<cache root>/tmp`` instead (a fresh sub-folder per engine, removed right after loading; each engine
-  needs its own copy because the library keeps the planning state in globals).
+  needs its own copy because the library keeps the planning state in globals);
+* a loaded copy is never unloaded (unloading crashes the interpreter at exit), and its deleted file keeps
+  its 33 MB of disk and memory until the process ends: a process that made engine after engine (a study
+  worker running run after run) filled the disk. A closed engine hands its copy back
+  (:func:`release_library`) and the next engine takes it instead of loading another, so a process holds
+  as many copies as it ever had engines open at once. A copy is handed on only after ``cleanup()``, and
+  every game load (``load_sas``) replaces the whole planning state, so what an engine sees does not depend
+  on where its copy came from.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Iterator
 from stratagym.envs.alfworld import paths
 from stratagym.errors import ConfigError
 
-__all__ = ["load_engine_modules", "logic_files", "preserve_argv", "EngineModules"]
+__all__ = ["load_engine_modules", "logic_files", "preserve_argv", "release_library", "EngineModules"]
 
 _LOCK = threading.Lock()
 _MODULES: "EngineModules | None" = None
@@ -68,6 +75,34 @@ class _TempfileShim:
         return getattr(tempfile, name)
 
 
+class _LibraryPool:
+    """Stands in for ``fast_downward.load_lib``: a released copy of the library if one is free, else a new one."""
+
+    def __init__(self, load_lib) -> None:
+        self._load_lib = load_lib
+        self._free: list = []
+        self._lock = threading.Lock()
+        self.loaded = 0  # copies this process loaded (each is mapped until the process ends)
+
+    def __call__(self):
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            self.loaded += 1
+        return self._load_lib()
+
+    def release(self, lib) -> None:
+        with self._lock:
+            if all(lib is not held for held in self._free):
+                self._free.append(lib)
+
+
+def release_library(lib) -> None:
+    """Hand a closed engine's copy of fast-downward (its state already ``cleanup()``-ed) to the next engine."""
+    if _MODULES is not None and isinstance(_MODULES.fast_downward.load_lib, _LibraryPool):
+        _MODULES.fast_downward.load_lib.release(lib)
+
+
 @contextlib.contextmanager
 def preserve_argv() -> Iterator[None]:
     """Restore ``sys.argv`` after the block (fast-downward's translator overwrites it)."""
@@ -102,6 +137,9 @@ def load_engine_modules() -> EngineModules:
         interface = importlib.import_module("fast_downward.interface")
         if not isinstance(interface.tempfile, _TempfileShim):
             interface.tempfile = _TempfileShim(str(paths.cache_root() / "tmp"))
+        fast_downward = modules.fast_downward
+        if not isinstance(fast_downward.load_lib, _LibraryPool):  # textworld calls fast_downward.load_lib()
+            fast_downward.load_lib = _LibraryPool(fast_downward.load_lib)
         _MODULES = modules
         return modules
 
