@@ -108,6 +108,10 @@ class RolloutConfig:
     # share of the programs' calls extend their session's earlier prompt + sampled ids (null: off; the
     # share is logged as program/append_only either way)
     append_only_min: Optional[float] = None
+    # agent programs: the gateway generates each request alone from its whole prompt, so a copy's seeded
+    # samples do not depend on which copies' requests arrive together (GatewayLimits.batch_invariant;
+    # slower: no batching, no prefix-cache reuse). Env rollouts batch in a fixed order and need no such option
+    batch_invariant: bool = False
     # asynchronous rollouts (stratagym/training/async_rollout.py, docs/async.md): ``async_workers`` Ray
     # actors, each with a policy copy, generate while the learner trains; a step's groups are trained at
     # most ``max_staleness`` policy versions after they were sampled (0 = the synchronous trainer, exactly)
@@ -306,6 +310,12 @@ class RecipeConfig:
         aom = self.rollout.append_only_min
         if aom is not None and not (isinstance(aom, (int, float)) and 0.0 <= float(aom) <= 1.0):
             raise ConfigError(f"rollout.append_only_min must be a share in [0, 1] or null (off), got {aom!r}")
+        if self.rollout.batch_invariant and not is_program(self.env.id):
+            raise ConfigError("rollout.batch_invariant is for agent programs (env.id: program:...): an env rollout's "
+                              "batches are already composed in a fixed order; remove it")
+        if self.rollout.batch_invariant and self.rollout.mode != "sync":
+            raise ConfigError("rollout.batch_invariant is supported with rollout.mode: sync (the async actors' "
+                              "gateways batch as requests arrive); use mode: sync or drop batch_invariant")
         if not float(self.rollout.parity_tol) > 0:
             raise ConfigError(f"rollout.parity_tol must be > 0, got {self.rollout.parity_tol!r}")
         self._validate_async()

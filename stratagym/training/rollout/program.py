@@ -310,10 +310,13 @@ class ProgramCollector:
     pool = None
 
     def __init__(self, program: AgentProgram, policy: Any, *, group_size: int, env_id: str = "program",
-                 max_turns: int = 100, host: str = "127.0.0.1"):
+                 max_turns: int = 100, host: str = "127.0.0.1", batch_invariant: bool = False):
         if group_size < 1:
             raise ConfigError(f"group_size must be >= 1, got {group_size}")
         self.program, self.policy, self.group_size = program, policy, int(group_size)
+        #: the gateway generates each request alone (GatewayLimits.batch_invariant): the copies' seeded
+        #: samples then do not depend on which requests arrive together
+        self.batch_invariant = bool(batch_invariant)
         self.env_id, self.max_turns, self.host = env_id, int(max_turns), host
         #: the run's first call that did not extend its session's previous call (described; logged once), if any
         self.first_divergence: Optional[str] = None
@@ -333,12 +336,17 @@ class ProgramCollector:
     def _ensure_gateway(self) -> None:
         if self._server is not None and self._server.thread.is_alive():
             return
-        from stratagym.agents.gateway.server import create_app
+        from stratagym.agents.gateway.server import GatewayLimits, create_app
         from stratagym.agents.gateway.sessions import SessionStore
         from stratagym.serving import serve_in_thread
 
         self._store = SessionStore()
-        self._server = serve_in_thread(create_app(self.policy, store=self._store), self.host, 0,
+        if self.batch_invariant and not getattr(self.policy.backend, "per_request_seeds", False):
+            raise ConfigError("rollout.batch_invariant needs a backend that seeds each request (policy.backend: hf); "
+                              "this one draws from one stream in arrival order, so no batching choice makes it "
+                              "reproducible")
+        limits = GatewayLimits(batch_invariant=self.batch_invariant)
+        self._server = serve_in_thread(create_app(self.policy, store=self._store, limits=limits), self.host, 0,
                                        name="stratagym-program-gateway")
 
     def collect(self, task_ids: Sequence[str], seeds: Sequence[int], *, greedy: bool = False, baseline: bool = False,
@@ -437,12 +445,12 @@ class ProgramCollector:
 
 
 def collector_for(env_id: str, env_kwargs: Optional[dict[str, Any]], policy: Any, *, group_size: int, max_turns: int,
-                  pool: Callable[[], Any]) -> Any:
+                  pool: Callable[[], Any], batch_invariant: bool = False) -> Any:
     """The rollout collector of a recipe's env: a :class:`ProgramCollector` for ``program:...``, else a
     :class:`~stratagym.training.rollout.collector.RolloutCollector` over the env pool ``pool()`` makes."""
     if is_program(env_id):
         return ProgramCollector(load_program(env_id, env_kwargs), policy, group_size=group_size, env_id=env_id,
-                                max_turns=max_turns)
+                                max_turns=max_turns, batch_invariant=batch_invariant)
     from stratagym.training.rollout.collector import RolloutCollector
 
     return RolloutCollector(env_id, policy, group_size=group_size, pool=pool(), max_turns=max_turns)
