@@ -63,6 +63,7 @@ __all__ = [
     "demos_digest",
     "check_train_split",
     "accepts_split",
+    "demonstrator_setup",
 ]
 
 #: Split names that hold evaluation tasks in stratagym's envs (and in common datasets).
@@ -186,6 +187,26 @@ def check_train_split(env_id: str, split: str, env_kwargs: dict[str, Any], task_
             )
 
 
+def demonstrator_setup(env_id: str, agent: str, env_kwargs: Optional[dict[str, Any]], split: str, *,
+                       no_agent: str, no_split: str) -> tuple[str, dict[str, Any]]:
+    """The scripted agent's name (``scripted:NAME`` or ``NAME``) and the env kwargs it demonstrates with:
+    ``split`` set where the env has splits, and the agent's own env kwargs added (the searcher's expert).
+    ``no_agent`` / ``no_split``: the caller's messages for an empty name / a split on an env without splits."""
+    name = agent.split(":", 1)[1] if agent.startswith("scripted:") else agent
+    if not name:
+        raise ConfigError(no_agent)
+    kwargs = dict(env_kwargs or {})
+    if accepts_split(env_id, kwargs):
+        kwargs["split"] = split
+    elif split != "train":
+        raise ConfigError(no_split)
+    try:
+        kwargs.update(agent_env_kwargs(env_id, name))
+    except KeyError as exc:
+        raise ConfigError(str(exc).strip('"')) from None
+    return name, kwargs
+
+
 def collect_demos(
     env_id: str,
     agent: str = "scripted:oracle",
@@ -211,20 +232,11 @@ def collect_demos(
     ValueCorridor ``blind_doors`` agent) needs ``only_won=False``, or the kept episodes would teach
     exactly what it leaves out.
     """
+    name, kwargs = demonstrator_setup(env_id, agent, env_kwargs, split,
+                                      no_agent="--agent needs a scripted agent name, e.g. scripted:oracle",
+                                      no_split=f"{env_id} has no splits; leave --split at train")
     import gymnasium as gym
 
-    name = agent.split(":", 1)[1] if agent.startswith("scripted:") else agent
-    if not name:
-        raise ConfigError("--agent needs a scripted agent name, e.g. scripted:oracle")
-    kwargs = dict(env_kwargs or {})
-    if accepts_split(env_id, kwargs):
-        kwargs["split"] = split
-    elif split != "train":
-        raise ConfigError(f"{env_id} has no splits; leave --split at train")
-    try:
-        kwargs.update(agent_env_kwargs(env_id, name))
-    except KeyError as exc:
-        raise ConfigError(str(exc).strip('"')) from None
     env = gym.make(env_id, **kwargs)
     try:
         all_ids = [str(t) for t in env.unwrapped.task_ids()]

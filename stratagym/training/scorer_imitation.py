@@ -30,9 +30,9 @@ import torch
 from stratagym.agents.policy import Generation
 from stratagym.agents.scorer import ScorerPayload, ScorerPolicy
 from stratagym.agents.scripted import ScriptedPolicy
-from stratagym.envs.registry import agent_env_kwargs, make_agent
+from stratagym.envs.registry import make_agent
 from stratagym.errors import ConfigError
-from stratagym.training.demos import accepts_split, check_train_split
+from stratagym.training.demos import check_train_split, demonstrator_setup
 from stratagym.training.rollout import InProcessPool, play
 
 __all__ = ["ScorerDemos", "collect_scorer_demos", "imitate"]
@@ -103,20 +103,12 @@ def collect_scorer_demos(
     ``scorer``'s features (which depend on its config, not its weights)."""
     import gymnasium as gym
 
-    name = agent.split(":", 1)[1] if agent.startswith("scripted:") else agent
-    if not name:
-        raise ConfigError(f"warm start agent must be a scripted agent such as scripted:searcher, got {agent!r}")
     if episodes_per_task < 1:
         raise ConfigError(f"warm start episodes_per_task must be >= 1, got {episodes_per_task}")
-    kwargs = dict(env_kwargs or {})
-    if accepts_split(env_id, kwargs):
-        kwargs["split"] = split
-    elif split != "train":
-        raise ConfigError(f"{env_id} has no splits; demonstrate on its tasks with split 'train'")
-    try:
-        kwargs.update(agent_env_kwargs(env_id, name))
-    except KeyError as exc:
-        raise ConfigError(str(exc).strip('"')) from None
+    name, kwargs = demonstrator_setup(
+        env_id, agent, env_kwargs, split,
+        no_agent=f"warm start agent must be a scripted agent such as scripted:searcher, got {agent!r}",
+        no_split=f"{env_id} has no splits; demonstrate on its tasks with split 'train'")
     env = gym.make(env_id, **kwargs)
     try:
         ids = [str(t) for t in env.unwrapped.task_ids()][:n]
