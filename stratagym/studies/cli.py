@@ -63,6 +63,9 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
         report_only: bool = typer.Option(False, "--report-only", help="Re-render table.md and curves.png from results.json."),
         jobs: int = typer.Option(1, "--jobs", "-j", help="Runs trained at once, one process and one thread each "
                                  "(the results do not depend on it)."),
+        heldout: list[str] = typer.Option([], "--heldout", help="Train nothing: write each arm's greedy record on "
+                                          "every task of this eval split (repeatable) from the finished study's "
+                                          "saved policies, with transcripts (records/<method>--<split>.json)."),
         restart: bool = typer.Option(False, "--restart", help="Train every run again, even when OUT holds a "
                                      "stopped start of this study (by default its finished runs are kept)."),
     ) -> None:
@@ -95,6 +98,15 @@ def register(app: typer.Typer, groups: dict[str, Any]) -> None:
             except ConfigError as exc:
                 _fail(str(exc))
             typer.echo(f"rendered {out_dir}/table.md and curves.png")
+            return
+        if heldout:
+            from stratagym.studies.runner import heldout_records  # lazy: the runner loads torch (after OMP_NUM_THREADS is set)
+
+            try:
+                for split in heldout:
+                    heldout_records(study, out_dir, split, log=typer.echo, board=board)
+            except ConfigError as exc:
+                _fail(f"study {study.name}: {exc}")
             return
         study = study.with_overrides(n_seeds=seeds or None, iterations=iterations or None)
         why = _env_problem(study)

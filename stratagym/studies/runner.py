@@ -248,6 +248,20 @@ def policy_dir(out_dir: str | Path, method: str, seed: int) -> Path:
     return Path(out_dir) / "policies" / slug(method) / f"seed-{seed}"
 
 
+def saved_run(out_dir: str | Path, run: dict[str, Any]) -> StudyRun | None:
+    """``run`` (a ``results.json`` entry) with its trained policy read back from :func:`policy_dir`, or None
+    when that policy is missing, unreadable or not the one recorded (weights hash)."""
+    folder = policy_dir(out_dir, run["method"], run["seed"])
+    try:
+        policy = ScorerPolicy.from_pretrained(str(folder)).frozen_copy()  # as run_one hands it back
+    except Exception:  # noqa: BLE001 - missing, truncated, not safetensors: all mean "not saved"
+        return None
+    if weights_hash(policy) != run.get("weights_sha256"):
+        return None
+    return StudyRun(run["method"], run["seed"], run["curve"], run["final"], run["seconds"], policy,
+                    run.get("per_task"), run.get("imitation"))
+
+
 #: what a stopped study's ``results.json`` must share with the new start for its runs to be kept
 _RESUME_KEYS = ("study", "seeds", "registration_commit", "warm_start")
 
@@ -274,29 +288,30 @@ def resumable_runs(results: dict[str, Any], out_dir: str | Path, log: Callable[[
         log(f"{results['study']['name']}: {path} holds a stopped start with another {', '.join(changed)}; "
             "starting afresh")
         return []
-    kept: list[StudyRun] = []
-    for r in old.get("runs", []):
-        folder = policy_dir(out_dir, r["method"], r["seed"])
-        try:
-            policy = ScorerPolicy.from_pretrained(str(folder)).frozen_copy()  # as run_one hands it back
-        except Exception:  # noqa: BLE001 - missing, truncated, not safetensors: the run is trained again
-            continue
-        if weights_hash(policy) != r.get("weights_sha256"):
-            continue
-        kept.append(StudyRun(r["method"], r["seed"], r["curve"], r["final"], r["seconds"], policy,
-                             r.get("per_task"), r.get("imitation")))
+    kept = [run for run in (saved_run(out_dir, r) for r in old.get("runs", [])) if run is not None]
     log(f"{results['study']['name']}: resuming a stopped start: {len(kept)} of its {len(old.get('runs', []))} "
         "finished runs kept")
     return kept
 
 
-def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dict[str, Any]:
+def method_record(study: Study, method: Method, runs: Sequence[StudyRun], *, split: str | None = None,
+                  out: str | Path | None = None) -> dict[str, Any]:
     """A leaderboard result record for one arm: the eval harness plays every task greedily once per
-    training seed, with the policy trained under that seed (record ``seeds`` = training seeds)."""
+    training seed, with the policy trained under that seed (record ``seeds`` = training seeds).
+
+    By default on the training env's first ``eval_tasks`` tasks; with ``split`` (an ``eval_splits`` name)
+    on every task of that held-out split, the board row of what the arm learned. ``out``: where the eval
+    writes the record and its progress file with the episodes' transcripts (``stratagym leaderboard
+    attach`` archives them)."""
     policies = {r.seed: r.policy for r in runs}
     digest = hashlib.sha256("".join(weights_hash(policies[s]) for s in sorted(policies)).encode()).hexdigest()[:12]
     env_kwargs = {**study.env_kwargs, **method.env_kwargs}
     n_tasks = study.eval_tasks
+    if split is not None:
+        if split not in study.eval_splits:
+            raise ConfigError(f"study {study.name} has no eval split {split!r}; choose one of {sorted(study.eval_splits)}")
+        env_kwargs.update(study.eval_splits[split])
+        n_tasks = None
     if n_tasks is not None:
         import gymnasium as gym
 
@@ -325,8 +340,50 @@ def method_record(study: Study, method: Method, runs: Sequence[StudyRun]) -> dic
             "curve": {str(r.seed): [[p["iteration"], p["success"]] for p in r.curve] for r in runs},
         },
     )
-    return evaluate(config, progress=False,
+    return evaluate(config, out=out, progress=False, transcripts=out is not None,
                     agent_factory=lambda s: policies[s])
+
+
+def saved_runs(study: Study, out_dir: str | Path) -> list[StudyRun]:
+    """A finished study's runs with their trained policies, read back from ``policies/`` and checked
+    against the weights hashes in ``results.json`` (a policy missing or changed is a ConfigError)."""
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist; run the study first")
+    results = json.loads(path.read_text())
+    if results.get("complete") is False:
+        raise ConfigError(f"{path} is a stopped start; run the study again to finish it first")
+    runs = []
+    for r in results["runs"]:
+        run = saved_run(out_dir, r)
+        if run is None:
+            raise ConfigError(f"{policy_dir(out_dir, r['method'], r['seed'])}: no saved policy with the weights "
+                              f"{path} recorded (studies run before 2026-12-04 kept their policies in memory only); "
+                              "run the study again")
+        runs.append(run)
+    return runs
+
+
+def heldout_records(study: Study, out_dir: str | Path, split: str, *, log: Callable[[str], None] = print,
+                    board: str | None = None) -> list[Path]:
+    """Each arm's greedy record on every task of held-out ``split``, from the saved policies of a finished
+    study: ``records/<method>--<split>.json`` beside the study's own records, each with its progress file
+    (the episodes' transcripts). Returns the record paths."""
+    runs = saved_runs(study, out_dir)
+    paths = []
+    for method in study.methods:
+        path = Path(out_dir) / "records" / f"{slug(method.label)}--{slug(split)}.json"
+        rec = method_record(study, method, [r for r in runs if r.method == method.label], split=split, out=path)
+        m = rec["metrics"].get("success") or next(iter(rec["metrics"].values()))
+        log(f"{study.name}: {method.label} greedy on {split}: {m['value']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}] "
+            f"-> {path}")
+        if board:
+            from stratagym.leaderboard import Leaderboard  # lazy: SQLAlchemy and pydantic, only with a board
+
+            with Leaderboard(board) as lb:
+                lb.submit(rec)
+        paths.append(path)
+    return paths
 
 
 def metric_names(results: dict[str, Any]) -> list[str]:

@@ -226,3 +226,43 @@ def test_finish_results_reports_finished_runs_with_their_verdicts(tmp_path):
     saved = __import__("json").loads((tmp_path / "results.json").read_text())
     assert [v["verdict"] for v in saved["verdicts"]] == ["reproduced"] and saved["summary"][1]["method"] == "HGPO K=2"
     assert "| HGPO K=2 > GiGPO | success/other |" in (tmp_path / "table.md").read_text()
+
+
+def test_heldout_records_come_from_the_saved_policies_with_transcripts(tmp_path):
+    """``stratagym study NAME --heldout SPLIT``: each arm's greedy record on every task of the split, from
+    the finished study's saved policies (checked against results.json's hashes), with a progress file of
+    transcripts; the record's agent names the same weights as the study's own record; a changed policy, an
+    unknown split and a stopped start are refused with the fix."""
+    import json
+    from dataclasses import replace
+
+    from stratagym.eval.harness import progress_path
+    from stratagym.studies.runner import heldout_records, policy_dir
+
+    study = get_study("context").with_overrides(iterations=1, tasks_per_iteration=2, group_size=2, eval_every=1,
+                                                eval_episodes_per_task=1, final_episodes_per_task=1, n_seeds=2)
+    study = replace(study, eval_splits={"other": {"data_seed": 1, "n_tasks": 3}}, methods=study.methods[:2])
+    run_study(study, tmp_path, log=lambda _: None)
+    lines: list[str] = []
+    paths = heldout_records(study, tmp_path, "other", log=lines.append)
+    assert [p.name for p in paths] == [f"{slug}--other.json" for slug in ("grpo", "gigpo")]
+    for method, path in zip(study.methods, paths):
+        rec = json.loads(path.read_text())
+        own = json.loads((tmp_path / "records" / path.name.replace("--other", "")).read_text())
+        assert rec["agent"]["spec"] == own["agent"]["spec"]  # the same weights (their digest is in the spec)
+        assert rec["env"]["kwargs"] == {"data_seed": 1, "n_tasks": 3} != own["env"]["kwargs"]
+        assert rec["n_episodes"] == 3 * 2 and sorted(rec["seeds"]) == [0, 1]  # every task, each training seed
+        assert sum(1 for _ in progress_path(path).open()) == 1 + 6  # header + one transcript line per episode
+    assert len(lines) == 2 and "greedy on other" in lines[0]
+
+    with pytest.raises(ConfigError, match="no eval split 'nope'"):
+        heldout_records(study, tmp_path, "nope")
+    weights = policy_dir(tmp_path, study.methods[0].label, 1) / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-8] + bytes(b ^ 0x55 for b in data[-8:]))  # the last weights changed
+    with pytest.raises(ConfigError, match="run the study again"):
+        heldout_records(study, tmp_path, "other")
+    results = json.loads((tmp_path / "results.json").read_text())
+    (tmp_path / "results.json").write_text(json.dumps({**results, "complete": False}))
+    with pytest.raises(ConfigError, match="stopped start"):
+        heldout_records(study, tmp_path, "other")
