@@ -144,6 +144,18 @@ def over_seeds(name: str) -> str:
     return f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
 
 
+def warm_verdicts() -> str:
+    """The alfworld-warm study's README cell: its registered verdicts on the primary split, from results.json."""
+    r = _load(ROOT / "studies" / "alfworld-warm" / "results.json")
+    v = {(x["arm"], x["metric"]): x for x in r["verdicts"]}
+    ood = "success/out_of_distribution"
+    k4, k2, gi = v[("HGPO K=4", ood)], v[("HGPO K=2", ood)], v[("GiGPO", ood)]
+    return (f"HGPO K=4 and K=2 end {k4['diff']:+.3f} and {k2['diff']:+.3f} against GiGPO on unseen rooms, unit games "
+            f"({k4['verdict']}, {k2['verdict']}; seed-level {k4['run_level']['seed_diff']['mean']:+.3f} "
+            f"[{k4['run_level']['seed_diff']['ci_low']:+.3f}, {k4['run_level']['seed_diff']['ci_high']:+.3f}] for K=4), "
+            f"GiGPO {gi['diff']:+.3f} against GRPO ({gi['verdict']})")
+
+
 @lru_cache(maxsize=None)
 def _hops() -> dict[str, int]:
     from stratagym.envs.search_qa.data import load_qa
@@ -230,6 +242,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                                           **study("stratified-smollm2-hops")["hypotheses"][0]["run_level"]["p_improvement"])),
     ("HA-DW over seeds", lambda: "| " + over_seeds("hadw-smollm2-hops") + " |"),
     ("HGPO over seeds", lambda: "| " + over_seeds("hgpo-smollm2-corridor-mixed") + " |"),
+    ("ALFWorld scorer warm-started from the searching expert", warm_verdicts),
 ]
 
 #: README result figures with no committed record behind them, and why.
