@@ -508,6 +508,8 @@ def run_study(
         runs = [r for r in resumable_runs(results, out, log) if (r.seed, r.method) in rank]
         done = {(r.seed, r.method) for r in runs}
         order = [(seed, method) for seed, method in order if (seed, method.label) not in done]
+        results["runs"] = [r.to_dict() for r in sorted(runs, key=lambda r: rank[(r.seed, r.method)])]
+    results["complete"] = False
 
     def finished(run: StudyRun) -> None:
         if run.policy is not None:  # saved before results.json names the run, so a listed run has its policy

@@ -129,6 +129,13 @@ def test_a_stopped_study_resumes_to_the_results_of_one_start(tmp_path):
     assert any(f"{len(study.methods) - 1} of its {len(study.methods)} finished runs kept" in line for line in lines)
     assert strip(again["runs"]) == strip(fresh["runs"])
 
+    # a stopped start whose every run finished (stopped in the records step) trains nothing more
+    again["complete"] = False
+    (out / "results.json").write_text(json.dumps(again))
+    lines.clear()
+    done = run_study(study, out, log=lines.append, records=False)
+    assert not [line for line in lines if " seed 0: " in line] and strip(done["runs"]) == strip(fresh["runs"])
+
     # another definition (here: its iterations) does not reuse the runs
     again["complete"] = False
     (out / "results.json").write_text(json.dumps(again))
