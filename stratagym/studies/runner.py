@@ -45,7 +45,7 @@ from stratagym.training.scorer_imitation import ScorerDemos, collect_scorer_demo
 from stratagym.training.trainer import Trainer
 
 __all__ = ["SCORER_CLASS", "StudyRun", "recipe_for", "run_one", "run_study", "finish_results", "evaluate_policy", "render",
-           "rerender", "slug"]
+           "rerender", "slug", "policy_dir", "saved_run", "saved_runs", "resumable_runs", "heldout_records"]
 
 #: The policy every study trains, as recipes name it (see :mod:`stratagym.agents.scorer`).
 SCORER_CLASS = "stratagym.agents.scorer:ScorerPolicy"
@@ -344,6 +344,14 @@ def method_record(study: Study, method: Method, runs: Sequence[StudyRun], *, spl
                     agent_factory=lambda s: policies[s])
 
 
+def submit_to_board(board: str, record: dict[str, Any]) -> None:
+    """Submit one record to the leaderboard at ``board`` (a path or URL)."""
+    from stratagym.leaderboard import Leaderboard  # lazy: SQLAlchemy and pydantic, only with a board
+
+    with Leaderboard(board) as lb:
+        lb.submit(record)
+
+
 def saved_runs(study: Study, out_dir: str | Path) -> list[StudyRun]:
     """A finished study's runs with their trained policies, read back from ``policies/`` and checked
     against the weights hashes in ``results.json`` (a policy missing or changed is a ConfigError)."""
@@ -378,10 +386,7 @@ def heldout_records(study: Study, out_dir: str | Path, split: str, *, log: Calla
         log(f"{study.name}: {method.label} greedy on {split}: {m['value']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}] "
             f"-> {path}")
         if board:
-            from stratagym.leaderboard import Leaderboard  # lazy: SQLAlchemy and pydantic, only with a board
-
-            with Leaderboard(board) as lb:
-                lb.submit(rec)
+            submit_to_board(board, rec)
         paths.append(path)
     return paths
 
@@ -517,7 +522,6 @@ def run_study(
         runs.append(run)
         runs.sort(key=lambda r: rank[(r.seed, r.method)])  # the sequential order, whatever finished first
         results["runs"] = [r.to_dict() for r in runs]
-        results["complete"] = False
         results["seconds"] = time.perf_counter() - t_start
         write_json_atomic(out / "results.json", results)  # a stopped study keeps its finished runs
         log(f"{study.name}: {run.method:28s} seed {run.seed}: success {run.final['success']:.3f} "
@@ -554,10 +558,7 @@ def run_study(
                 m = rec["metrics"].get("success") or next(iter(rec["metrics"].values()))
                 greedy[method.label] = {"value": m["value"], "ci_low": m["ci_low"], "ci_high": m["ci_high"]}
                 if board:
-                    from stratagym.leaderboard import Leaderboard  # lazy: SQLAlchemy and pydantic, only with a board
-
-                    with Leaderboard(board) as lb:
-                        lb.submit(rec)
+                    submit_to_board(board, rec)
             results["greedy_success"] = greedy
         except OSError as exc:  # a full disk, an unwritable folder: the finished runs are still reported
             results["records_error"] = f"{type(exc).__name__}: {exc}"
