@@ -354,13 +354,20 @@ def submit_to_board(board: str, record: dict[str, Any]) -> None:
 
 def saved_runs(study: Study, out_dir: str | Path) -> list[StudyRun]:
     """A finished study's runs with their trained policies, read back from ``policies/`` and checked
-    against the weights hashes in ``results.json`` (a policy missing or changed is a ConfigError)."""
+    against ``results.json``: the same study definition (the held-out eval takes its labels, policy
+    options and split kwargs from it) and the same weights hashes. Anything else is a ConfigError."""
     path = Path(out_dir) / "results.json"
     if not path.is_file():
         raise ConfigError(f"{path} does not exist; run the study first")
     results = json.loads(path.read_text())
     if results.get("complete") is False:
         raise ConfigError(f"{path} is a stopped start; run the study again to finish it first")
+    recorded = results.get("study", {})
+    current = json.loads(json.dumps(study.to_dict()))  # tuples read back as lists, as results.json stores them
+    changed = sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
+    if changed:
+        raise ConfigError(f"{path} was run from another definition of study {study.name} (fields that differ: "
+                          f"{', '.join(changed)}); restore the definition it records, or run the study again")
     runs = []
     for r in results["runs"]:
         run = saved_run(out_dir, r)

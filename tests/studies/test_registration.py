@@ -232,7 +232,7 @@ def test_heldout_records_come_from_the_saved_policies_with_transcripts(tmp_path)
     """``stratagym study NAME --heldout SPLIT``: each arm's greedy record on every task of the split, from
     the finished study's saved policies (checked against results.json's hashes), with a progress file of
     transcripts; the record's agent names the same weights as the study's own record; a changed policy, an
-    unknown split and a stopped start are refused with the fix."""
+    edited definition, an unknown split and a stopped start are refused with the fix."""
     import json
     from dataclasses import replace
 
@@ -257,6 +257,9 @@ def test_heldout_records_come_from_the_saved_policies_with_transcripts(tmp_path)
 
     with pytest.raises(ConfigError, match="no eval split 'nope'"):
         heldout_records(study, tmp_path, "nope")
+    edited = replace(study, lr=study.lr * 2)  # the YAML edited after the run: its policies were not trained so
+    with pytest.raises(ConfigError, match=r"another definition of study context \(fields that differ: lr\)"):
+        heldout_records(edited, tmp_path, "other")
     weights = policy_dir(tmp_path, study.methods[0].label, 1) / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[:-8] + bytes(b ^ 0x55 for b in data[-8:]))  # the last weights changed
