@@ -189,8 +189,8 @@ def test_a_backend_that_cannot_seed_refuses_a_request_seed_with_the_fix(monkeypa
 def test_a_batch_invariant_gateway_generates_each_request_alone_from_its_whole_prompt(monkeypatch):
     """``batch_invariant``: concurrent requests never share a generate call and no prompt reuses the prefix
     cache (the two things that change a batch's shapes, and so its float rounding, with what else arrived);
-    the seeded sessions sample the same ids concurrently as one after another in reverse order; the cache is
-    handed back untouched."""
+    the seeded sessions sample the same ids concurrently as one after another in reverse order; the cache
+    object stays the backend's (each call tells the generator not to reuse prefixes)."""
     from stratagym.agents.tiny_lm import tiny_lm_path
 
     policy = LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), max_new_tokens=6))
@@ -200,7 +200,7 @@ def test_a_batch_invariant_gateway_generates_each_request_alone_from_its_whole_p
     real, seen = backend.generate, []
 
     def spy(prompts, stop, cfg, **kw):
-        seen.append((len(prompts), backend.prefix_cache is None))
+        seen.append((len(prompts), kw.get("reuse_prefix") is False))
         return real(prompts, stop, cfg, **kw)
 
     monkeypatch.setattr(backend, "generate", spy)

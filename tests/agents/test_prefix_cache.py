@@ -101,6 +101,25 @@ def test_generator_with_prefix_cache_samples_what_it_samples_without(greedy):
     assert without.prefix_cache is None
 
 
+def test_a_call_told_not_to_reuse_prefixes_prefills_whole_and_leaves_the_cache_as_it_was():
+    """``generate(..., reuse_prefix=False)`` (the gateway's batch-invariant mode): the next turn is prefilled
+    whole, samples what a generator without a cache samples, and the cache still holds the earlier call's
+    rows for the calls after it."""
+    model = _qwen2()
+    tok = LLMPolicy.from_pretrained(tiny_lm_path()).tokenizer
+    gen = HFGenerator(tok, lambda: model, prefix_cache=True)
+    fresh = HFGenerator(tok, lambda: model, prefix_cache=False)
+    cfg = SamplingConfig(max_new_tokens=10)
+    prompt = tok("put a clean apple in fridge")["input_ids"]
+    first = gen.generate([prompt], [], cfg, greedy=True)[0]
+    nxt = [list(prompt) + first.response_ids + tok(" and then?")["input_ids"]]
+    reused = gen.prefix_cache.reused_tokens
+    got = gen.generate(nxt, [], cfg, greedy=True, reuse_prefix=False)[0]
+    assert gen.prefix_cache.reused_tokens == reused  # nothing read from the cache
+    assert got.response_ids == fresh.generate(nxt, [], cfg, greedy=True)[0].response_ids
+    assert gen.prefix_cache.lookup(model, nxt) is not None  # nor written: it still holds the first call
+
+
 def test_keys_and_values_of_other_weights_are_never_reused():
     model = _qwen2()
     tok = LLMPolicy.from_pretrained(tiny_lm_path()).tokenizer

@@ -34,13 +34,12 @@ makes a seeded request's sample a function of its prompt, seed and the weights o
 
 # No `from __future__ import annotations`: FastAPI must see the request model classes themselves.
 import asyncio
-import contextlib
 import json
 import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig
 from stratagym.agents.tool_messages import chat_template_has_tools, hermes_calls
@@ -136,21 +135,6 @@ def reply_parts(text: str, parse_tools: bool) -> tuple[Optional[str], list[dict[
                                for c in calls]
 
 
-@contextlib.contextmanager
-def _prefix_cache_off(backend: Any, off: bool) -> Iterator[None]:
-    """Run the block with ``backend``'s prefix cache set aside (when ``off``): every prompt is prefilled
-    whole. The cache keeps what it held (only the gateway's worker thread generates while it is aside)."""
-    saved = getattr(backend, "prefix_cache", None)
-    if not off or saved is None:
-        yield
-        return
-    backend.prefix_cache = None
-    try:
-        yield
-    finally:
-        backend.prefix_cache = saved
-
-
 class GenerationBatcher(QueueWorker):
     """Merges concurrent requests into ``generate`` calls on one worker thread (adaptive: a request that
     finds the backend idle runs at once with whatever else is already waiting; calls never overlap)."""
@@ -173,10 +157,13 @@ class GenerationBatcher(QueueWorker):
         prompts = [p for p, _ in requests]
         seeds = [s for _, s in requests]
         backend = self.policy.backend
-        with self.policy.compute_context(), _prefix_cache_off(backend, self.batch_invariant):
-            if any(s is not None for s in seeds):
-                return backend.generate(prompts, stop, cfg, greedy=greedy, seeds=seeds)
-            return backend.generate(prompts, stop, cfg, greedy=greedy)
+        kwargs: dict[str, Any] = {}
+        if any(s is not None for s in seeds):
+            kwargs["seeds"] = seeds
+        if self.batch_invariant and getattr(backend, "prefix_cache", None) is not None:
+            kwargs["reuse_prefix"] = False  # every prompt prefilled whole, whatever an earlier call cached
+        with self.policy.compute_context():
+            return backend.generate(prompts, stop, cfg, greedy=greedy, **kwargs)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

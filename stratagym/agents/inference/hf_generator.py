@@ -9,13 +9,16 @@ the sampling log-probs for free, and checks stop strings on incrementally decode
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig, first_stop
 from stratagym.agents.inference.kv_cache import returned_cache
 from stratagym.agents.policy import unwrap_model
+
+if TYPE_CHECKING:  # the module itself loads lazily, with the generator (see __init__)
+    from stratagym.agents.inference.prefix_cache import PrefixCache
 
 __all__ = ["HFGenerator"]
 
@@ -140,9 +143,10 @@ class HFGenerator:
         return out.logits[:, -1, :], step
 
     def _prefill_fused(self, model: torch.nn.Module, decoder: Any, prompt_ids: Sequence[Sequence[int]],
-                       capacity_new: int) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor], list[int]]:
+                       capacity_new: int, cache: Optional[PrefixCache],
+                       ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor], list[int]]:
         """The fused path: each distinct prompt is prefilled once (a group's G copies share it), from the
-        known prefix the prefix cache holds for it if any. Returns the first logits, the step function and
+        known prefix ``cache`` holds for it if any. Returns the first logits, the step function and
         each row's first cache slot."""
         uniq: dict[tuple[int, ...], int] = {}
         expand = [uniq.setdefault(tuple(int(t) for t in p), len(uniq)) for p in prompt_ids]
@@ -153,24 +157,27 @@ class HFGenerator:
         for i, p in enumerate(rows):
             ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
             attn[i, P - len(p) :] = 1
-        reuse = self.prefix_cache.lookup(model, rows) if self.prefix_cache is not None else None
+        reuse = cache.lookup(model, rows) if cache is not None else None
         logits = decoder.prefill(ids, attn, torch.tensor(expand, dtype=torch.long), P + capacity_new, reuse=reuse)
         return logits, decoder.step, [P - len(rows[u]) for u in expand]
 
     @torch.no_grad()  # not inference_mode: a transformers forward may cache buffers the training forward reuses
     def generate(
         self, prompt_ids: Sequence[Sequence[int]], stop: Sequence[str], cfg: SamplingConfig, *, greedy: bool = False,
-        seeds: Optional[Sequence[Optional[int]]] = None,
+        seeds: Optional[Sequence[Optional[int]]] = None, reuse_prefix: bool = True,
     ) -> list[RawGeneration]:
         """Sample a completion of each prompt. ``seeds``: per prompt, a seed for its own random stream (the
         same seed and prompt give the same completion whichever other prompts share the call, up to float
-        rounding of the batched forward), or None for the process's global stream."""
+        rounding of the batched forward), or None for the process's global stream. ``reuse_prefix=False``:
+        this call neither reads nor updates the prefix cache, so every prompt is prefilled whole (the gateway's
+        batch-invariant mode: a sample then depends on its prompt alone, not on what an earlier call cached)."""
         from stratagym.agents.inference.fused_decode import fused_decoder_for  # lazy: speed machinery (see __init__)
 
         if not prompt_ids:
             return []
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("every prompt needs at least one token")
+        cache = self.prefix_cache if reuse_prefix else None
         model = unwrap_model(self.get_model())
         was_training = model.training
         model.eval()
@@ -189,7 +196,7 @@ class HFGenerator:
             decoder = (fused_decoder_for(model, force=self.fused == "force", dtype=self.compute_dtype)
                        if self.fused else None)
             if decoder is not None:
-                logits, step, starts = self._prefill_fused(model, decoder, prompt_ids, cfg.max_new_tokens)
+                logits, step, starts = self._prefill_fused(model, decoder, prompt_ids, cfg.max_new_tokens, cache)
             else:
                 logits, step = self._prefill_hf(model, prompt_ids, device)
             done = [False] * B
@@ -242,7 +249,7 @@ class HFGenerator:
                     break
                 if decoder is not None and self.drop_finished_rows and 4 * sum(done[i] for i in live) >= len(live):
                     keep = [k for k, i in enumerate(live) if not done[i]]
-                    if self.prefix_cache is not None:
+                    if cache is not None:
                         for k, i in enumerate(live):
                             if done[i]:
                                 sources[i] = (decoder.prefix_source(k, starts[i]), fed)
@@ -253,11 +260,11 @@ class HFGenerator:
                 logits = step(tok if live_idx is None else tok[live_idx])
                 fed += 1
             tok_mat = torch.stack(toks, 1).cpu() if toks else torch.zeros((B, 0), dtype=torch.long)
-            if decoder is not None and self.prefix_cache is not None:
+            if decoder is not None and cache is not None:
                 for k, i in enumerate(live):
                     sources[i] = (decoder.prefix_source(k, starts[i]), fed)
                 rows = tok_mat.tolist()
-                self.prefix_cache.record(model, [list(prompt_ids[i]) + rows[i][:n] for i, (_, n) in enumerate(sources)],
+                cache.record(model, [list(prompt_ids[i]) + rows[i][:n] for i, (_, n) in enumerate(sources)],
                                          [src for src, _ in sources])
         finally:
             if was_training:
