@@ -149,6 +149,9 @@ VARIANTS = {
                                             {"name", "policy.dtype", "sft.threads", "output_dir", "export"}),
     "grpo-smollm2-lora-kl-searchqa-bf16.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
                                                 {"name", "policy.dtype", "train.output_dir"}),
+    # the KL coefficient is not set by the small drift run: this variant has its own pin in RL_DRIFT
+    "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
+                                                    {"name", "loss.kl_coef", "train.output_dir"}),
 }
 
 
@@ -195,6 +198,9 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     "grpo-smollm2-lora-kl-searchqa-program.yaml": (701, 0.5, 2.25, 0.3126, 0.202, 0.0677),
     # the same start, seed and samples as the GRPO recipe above, recorded 2026-12-04 when its adapters were rebuilt
     "stratified-smollm2-lora-kl-searchqa.yaml": (276, 0.5, 1.5, -0.08696, 0.08934, 0.06754),
+    # the KL ablation, recorded 2026-12-04: the KL recipe's samples and, to 4 digits, its loss (the policy starts
+    # at its reference, so the KL term starts near 0), but another gradient norm and weight change
+    "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": (276, 0.5, 1.5, -0.1883, 0.07151, 0.06748),
 }
 # The program recipe (the openai-SDK program through the gateway) runs its small step with
 # rollout.batch_invariant (RL_EXTRA). Without it, 5 of 6 runs of this step (seeded sessions, 2026-12-03) drew
@@ -224,7 +230,8 @@ def _lora_weights(model) -> dict:
 @pytest.mark.parametrize("name", ["grpo-smollm2-lora-kl-searchqa.yaml", "grpo-smollm2-lora-kl-searchqa-tools.yaml",
                                   "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml", "hop3-grpo-smollm2-lora-searchqa.yaml",
                                   "hops-stratified-fp32-smollm2-lora-searchqa.yaml", "stratified-smollm2-lora-kl-searchqa-tools.yaml",
-                                  "grpo-smollm2-lora-kl-searchqa-program.yaml", "stratified-smollm2-lora-kl-searchqa.yaml"])
+                                  "grpo-smollm2-lora-kl-searchqa-program.yaml", "stratified-smollm2-lora-kl-searchqa.yaml",
+                                  "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml"])
 def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2_model, worlds):
     import torch
 
