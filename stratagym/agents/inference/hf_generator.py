@@ -265,7 +265,7 @@ class HFGenerator:
                     sources[i] = (decoder.prefix_source(k, starts[i]), fed)
                 rows = tok_mat.tolist()
                 cache.record(model, [list(prompt_ids[i]) + rows[i][:n] for i, (_, n) in enumerate(sources)],
-                                         [src for src, _ in sources])
+                             [src for src, _ in sources])
         finally:
             if was_training:
                 model.train()
