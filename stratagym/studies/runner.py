@@ -262,6 +262,13 @@ def saved_run(out_dir: str | Path, run: dict[str, Any]) -> StudyRun | None:
                     run.get("per_task"), run.get("imitation"))
 
 
+def _changed_keys(stored: dict[str, Any], current: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    """The ``keys`` whose value in ``stored`` (read back from ``results.json``) differs from ``current``'s as
+    ``results.json`` would store it (tuples read back as lists)."""
+    as_stored = json.loads(json.dumps({k: current.get(k) for k in keys}))
+    return [k for k in keys if stored.get(k) != as_stored[k]]
+
+
 #: what a stopped study's ``results.json`` must share with the new start for its runs to be kept
 _RESUME_KEYS = ("study", "seeds", "registration_commit", "warm_start")
 
@@ -282,8 +289,7 @@ def resumable_runs(results: dict[str, Any], out_dir: str | Path, log: Callable[[
         return []
     if not isinstance(old, dict) or old.get("complete") is not False:
         return []
-    as_stored = json.loads(json.dumps({k: results.get(k) for k in _RESUME_KEYS}))  # tuples read back as lists
-    changed = [k for k in _RESUME_KEYS if old.get(k) != as_stored[k]]
+    changed = _changed_keys(old, results, _RESUME_KEYS)
     if changed:
         log(f"{results['study']['name']}: {path} holds a stopped start with another {', '.join(changed)}; "
             "starting afresh")
@@ -362,9 +368,8 @@ def saved_runs(study: Study, out_dir: str | Path) -> list[StudyRun]:
     results = json.loads(path.read_text())
     if results.get("complete") is False:
         raise ConfigError(f"{path} is a stopped start; run the study again to finish it first")
-    recorded = results.get("study", {})
-    current = json.loads(json.dumps(study.to_dict()))  # tuples read back as lists, as results.json stores them
-    changed = sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
+    recorded, current = results.get("study", {}), study.to_dict()
+    changed = _changed_keys(recorded, current, sorted(set(recorded) | set(current)))
     if changed:
         raise ConfigError(f"{path} was run from another definition of study {study.name} (fields that differ: "
                           f"{', '.join(changed)}); restore the definition it records, or run the study again")
