@@ -63,6 +63,7 @@ __all__ = [
     "load_sft_recipe",
     "build_examples",
     "run_sft",
+    "export_trainer_checkpoint",
     "collect_recipe_demos",
     "sft_provenance",
     "evaluate_checkpoint",
@@ -527,15 +528,7 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         "train_loss": float(result.training_loss), "final_loss": losses[-1] if losses else None,
         "loss_curve": losses, "template": template.name, "template_tags": list(template_tags(template)),
     }
-
-    provenance = sft_provenance(recipe, records, meta["demos"]["sha256"])  # what the model was shown, by content
-
-    def write(d: Path) -> None:
-        policy.save_pretrained(d)
-        (d / META_FILE).write_text(json.dumps({**meta, "times": times}, indent=1, sort_keys=True))
-        write_provenance(d, provenance)
-
-    save_model_atomic(export, write)
+    _write_export(recipe, policy, records, meta, times)
     t = _stage(times, "export_s", t)
     echo(f"SFT checkpoint: {export} ({meta['steps']} steps, {meta['epochs']:.2f} epochs, loss {meta['final_loss']})")
 
@@ -549,6 +542,79 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     meta["times"] = times
     atomic_write(export / META_FILE, json.dumps(meta, indent=1, sort_keys=True))
     atomic_write(out / "sft_summary.json", json.dumps({k: v for k, v in meta.items() if k != "loss_curve"}, indent=1, sort_keys=True))
+    return meta
+
+
+def _write_export(recipe: SFTRecipe, policy: Any, records: Sequence[dict[str, Any]], meta: dict[str, Any],
+                  times: dict[str, float]) -> None:
+    """The export stage: the policy folder, its ``sft_meta.json`` and ``training_data.json``, moved into place whole."""
+    provenance = sft_provenance(recipe, records, meta["demos"]["sha256"])  # what the model was shown, by content
+
+    def write(d: Path) -> None:
+        policy.save_pretrained(d)
+        (d / META_FILE).write_text(json.dumps({**meta, "times": times}, indent=1, sort_keys=True))
+        write_provenance(d, provenance)
+
+    save_model_atomic(recipe.export_dir, write)
+
+
+def export_trainer_checkpoint(recipe: SFTRecipe, checkpoint: str | Path, *, echo: Any = print) -> dict[str, Any]:
+    """Export the policy folder of a LoRA recipe from one of its trainer checkpoints, without training.
+
+    For a run cut short (a leased GPU's time limit, a kill) whose last complete checkpoint is the result to
+    keep, and for a run whose export was lost while its checkpoints were kept: the folder holds what
+    :func:`run_sft` exports (adapter, tokenizer, policy options, ``training_data.json``), with the
+    checkpoint's adapter weights unchanged. ``sft_meta.json`` says where it came from: ``exported_from``
+    (the checkpoint), ``steps`` and ``epochs`` reached, ``planned_steps`` (the run's schedule, so a
+    checkpoint taken before the end is not mistaken for the finished recipe) and the loss curve up to
+    that step. The demonstrations must be the run's own (``<output_dir>/demos.jsonl`` or ``demos.path``)."""
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ckpt = Path(checkpoint)
+    if not recipe.policy.get("lora") or "path" not in recipe.model:
+        raise ConfigError("exporting from a trainer checkpoint needs a LoRA recipe on a model.path base "
+                          "(a fully trained model's checkpoint folder already loads with from_pretrained)")
+    state_file, weights = ckpt / "trainer_state.json", ckpt / "adapter_model.safetensors"
+    if not (state_file.is_file() and weights.is_file()):
+        raise ConfigError(f"{ckpt} is not a trainer checkpoint of a LoRA run: it needs trainer_state.json and "
+                          "adapter_model.safetensors (the folders under <output_dir>/trainer/)")
+    demos_path = Path(recipe.demos.path) if recipe.demos.path else Path(recipe.output_dir) / "demos.jsonl"
+    if not demos_path.is_file():
+        raise ConfigError(f"{demos_path} not found: the export records the demonstrations the run trained on; "
+                          "put that run's demos.jsonl there (or set demos.path)")
+    records = read_demos(demos_path)
+    compute = resolve_dtype(str(recipe.policy.get("dtype", "float32")), "cuda" if torch.cuda.is_available() else "cpu")
+    template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
+                                recipe.policy.get("template"))
+    src = str(recipe.model["path"])
+    tokenizer = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=compute)
+    n_params = sum(p.numel() for p in model.parameters())
+    policy = LLMPolicy(model, tokenizer, _policy_config(recipe, str(recipe.export_dir), records))
+    model = policy.model = _apply_lora(model, policy.config.lora)
+    loaded = set_peft_model_state_dict(model, load_file(str(weights)))
+    if getattr(loaded, "unexpected_keys", None):
+        raise ConfigError(f"{weights} does not fit the recipe's LoRA ({len(loaded.unexpected_keys)} unexpected "
+                          f"tensors, e.g. {loaded.unexpected_keys[0]}): was it trained with another policy.lora?")
+    examples = build_examples(records, policy)
+    state = json.loads(state_file.read_text())
+    losses = [row["loss"] for row in state.get("log_history", []) if "loss" in row]
+    meta = {
+        "recipe": recipe.to_dict(),
+        "demos": {"path": str(demos_path), "sha256": demos_digest(demos_path), "episodes": len(records)},
+        "examples": len(examples), "tokens": sum(len(e["input_ids"]) for e in examples),
+        "loss_tokens": sum(sum(e["completion_mask"]) for e in examples), "parameters": n_params,
+        "steps": int(state["global_step"]), "epochs": float(state.get("epoch") or 0.0),
+        "planned_steps": state.get("max_steps"), "exported_from": str(ckpt),
+        "train_loss": None, "final_loss": losses[-1] if losses else None,
+        "loss_curve": losses, "template": template.name, "template_tags": list(template_tags(template)),
+    }
+    _write_export(recipe, policy, records, meta, {})
+    echo(f"exported {recipe.export_dir} from {ckpt} (step {meta['steps']} of {meta['planned_steps']}, "
+         f"{meta['epochs']:.2f} epochs, loss {meta['final_loss']})")
     return meta
 
 

@@ -67,17 +67,21 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         resume: bool = typer.Option(False, "--resume", help="Reuse the demonstrations and base model of output_dir and continue from its newest complete checkpoint."),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a recipe value: section.key=value (repeatable)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+        export_from: Optional[Path] = typer.Option(None, "--export-from", help="Train nothing: export the policy folder from this trainer checkpoint (<output_dir>/trainer/checkpoint-N) of the recipe's LoRA run, e.g. one cut short."),
     ) -> None:
         """Behaviour cloning of a scripted expert with TRL's SFTTrainer; writes a checkpoint that
         `stratagym train` (policy.model: <folder>) and `stratagym eval <folder>` load unchanged."""
         import os
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from stratagym.training.sft import load_sft_recipe, run_sft  # lazy: torch; `stratagym --help` stays fast
+        from stratagym.training.sft import export_trainer_checkpoint, load_sft_recipe, run_sft  # lazy: torch
 
         try:
             overrides = parse_key_values(set_ or [], "--set", form="section.key=value")
             recipe = load_sft_recipe(config, overrides)
+            if export_from is not None:
+                export_trainer_checkpoint(recipe, export_from, echo=typer.echo)
+                return
             meta = run_sft(recipe, resume=resume, progress=not quiet, echo=typer.echo)
         except ConfigError as exc:
             raise _error(exc)

@@ -352,3 +352,46 @@ def test_lora_sft_on_a_pretrained_folder_exports_the_adapter_alone(trained, tmp_
     assert hasattr(policy.model, "disable_adapter")
     lora = {n: p for n, p in policy.model.named_parameters() if "lora_B" in n}
     assert lora and any(p.abs().sum() > 0 for p in lora.values())  # B starts at zero: it trained
+
+
+def test_export_from_a_trainer_checkpoint_keeps_its_adapter_and_says_where_it_stopped(trained, tmp_path, demos_file):
+    """`stratagym sft --export-from <trainer checkpoint>`: a LoRA run cut short (a leased GPU's time limit) or whose
+    export was lost keeps its last complete checkpoint. The export holds that checkpoint's adapter tensors
+    unchanged, loads as a policy, and its sft_meta.json names the checkpoint, the step reached and the steps the
+    run had planned, so a mid-run adapter is not mistaken for the finished recipe. Bad inputs are refused."""
+    from safetensors.torch import load_file
+
+    from stratagym.agents.llm import LLMPolicy
+    from stratagym.training.sft import export_trainer_checkpoint
+
+    tmp, _ = trained
+    path = _recipe(tmp_path, demos_file, max_steps=4, save_steps=2, lr=1.0e-2)
+    data = yaml.safe_load(path.read_text())
+    data["model"] = {"path": str(tmp / "run" / "final")}
+    data["policy"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    data["sft"]["keep_last"] = 2
+    data["export"] = str(tmp_path / "exported")
+    path.write_text(yaml.safe_dump(data))
+    recipe = load_sft_recipe(path)
+    finished = run_sft(recipe, progress=False, echo=lambda *_: None)
+    step2 = tmp_path / "run" / "trainer" / "checkpoint-2"
+    assert finished["steps"] == 4 and step2.is_dir()
+
+    meta = export_trainer_checkpoint(recipe, step2, echo=lambda *_: None)
+    out = tmp_path / "exported"
+    got, want = load_file(str(out / "adapter_model.safetensors")), load_file(str(step2 / "adapter_model.safetensors"))
+    assert set(got) == set(want) and all(bool((got[k] == want[k]).all()) for k in want)
+    assert not all(bool((got[k] == load_file(str(tmp_path / "run" / "trainer" / "checkpoint-4" / "adapter_model.safetensors"))[k]).all())
+                   for k in got)  # step 2's adapter, not the final one
+    written = json.loads((out / "sft_meta.json").read_text())
+    assert (written["steps"], written["planned_steps"], written["exported_from"]) == (2, 4, str(step2))
+    assert written["loss_curve"] == finished["loss_curve"][:2] and meta["final_loss"] == finished["loss_curve"][1]
+    assert read_provenance(out)  # training_data.json names the demonstrations, as run_sft's export does
+    assert hasattr(LLMPolicy.from_pretrained(out).model, "disable_adapter")
+
+    with pytest.raises(ConfigError, match="trainer_state.json"):
+        export_trainer_checkpoint(recipe, tmp_path, echo=lambda *_: None)
+    (tmp_path / "full").mkdir()
+    full = load_sft_recipe(_recipe(tmp_path / "full", demos_file))  # a from-scratch model: no adapter to export
+    with pytest.raises(ConfigError, match="LoRA recipe"):
+        export_trainer_checkpoint(full, step2, echo=lambda *_: None)
