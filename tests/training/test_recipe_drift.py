@@ -57,6 +57,10 @@ DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     "sft-smollm2-lora-alfworld-planner.yaml": ("08ec298aaaf4", [1.967, 2.202], [
         "I'm ready to assist you. What's your next question?",
         "I'm ready to assist you. Please go ahead and present the current situation."]),
+    # the searching expert's demonstrations on the same 4 games, recorded 2026-12-04 (its checkpoint was built on a
+    # lent GPU in bf16 from this recipe; the small run here is float32 on the CPU, as for every pin)
+    "sft-smollm2-lora-alfworld-searcher.yaml": ("b2cca90a9bc5", [2.237, 1.871], [
+        "I'm ready to assist you. What's your next question?", "I'm ready to assist you. What's your task?"]),
 }
 
 SMALL = {"sft.max_steps": 2, "sft.batch_size": 2, "sft.warmup_steps": 0, "sft.save_steps": 1000,
@@ -109,7 +113,8 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_game
 @pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-searchqa-tools.yaml",
                                   "sft-smollm2-lora-searchqa-tools-qwen25.yaml",
                                   "sft-smollm2-lora-webshop.yaml",
-                                  "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml"])
+                                  "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml",
+                                  "sft-smollm2-lora-alfworld-searcher.yaml"])
 def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
     import gymnasium as gym
 
@@ -149,6 +154,10 @@ VARIANTS = {
                                             {"name", "policy.dtype", "sft.threads", "output_dir", "export"}),
     "grpo-smollm2-lora-kl-searchqa-bf16.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
                                                 {"name", "policy.dtype", "train.output_dir"}),
+    # the searcher clone trained to convergence on a GPU (issue 48 item 5): only the budget differs
+    "gpu/sft-smollm2-lora-alfworld-searcher.yaml": ("sft-smollm2-lora-alfworld-searcher.yaml",
+                                                    {"name", "sft.epochs", "sft.max_steps", "sft.save_steps",
+                                                     "sft.logging_steps", "output_dir", "export"}),
     # the KL coefficient is not set by the small drift run: this variant has its own pin in RL_DRIFT
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
                                                     {"name", "loss.kl_coef", "train.output_dir"}),
@@ -171,7 +180,7 @@ def test_a_recipe_variant_changes_only_what_its_run_overrode(variant):
     import yaml
 
     base, allowed = VARIANTS[variant]
-    a, b = (_flat(yaml.safe_load((REPO / "recipes" / "cpu" / n).read_text())) for n in (base, variant))
+    a, b = (_flat(yaml.safe_load((REPO / "recipes" / (n if "/" in n else f"cpu/{n}")).read_text())) for n in (base, variant))
     changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
     assert changed <= allowed, f"{variant} differs from {base} in {sorted(changed - allowed)}"
     assert "name" in changed and len(changed) > 1
