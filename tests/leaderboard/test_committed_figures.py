@@ -244,6 +244,8 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                             f"{rec('7159c53e0cef')['metrics']['success']['ci_high']:.2f}]"),
     ("ALFWorld planner SFT", lambda: f"success {ci('31ca7f16d27f', 'success', '.3f')} in distribution and "
                                      f"{ci('7c265e86657f', 'success', '.3f')} out"),
+    ("ALFWorld searcher SFT", lambda: f"success {ci('c4588ffd2a75', 'success', '.3f')} in distribution and\n"
+                                      f"{ci('f29986157a91', 'success', '.3f')} out"),
     ("ALFWorld searching expert", lambda: f"success {ci('15cd13b1f285', 'success', '.3f')} in distribution and "
                                           f"{ci('01027bf6b774', 'success', '.3f')} out"),
     ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
