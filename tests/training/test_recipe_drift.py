@@ -207,8 +207,11 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     "grpo-smollm2-lora-kl-searchqa-program.yaml": (701, 0.5, 2.25, 0.3126, 0.202, 0.0677),
     # the same start, seed and samples as the GRPO recipe above, recorded 2026-12-04 when its adapters were rebuilt
     "stratified-smollm2-lora-kl-searchqa.yaml": (276, 0.5, 1.5, -0.08696, 0.08934, 0.06754),
-    # the KL ablation, recorded 2026-12-04: the KL recipe's samples and, to 4 digits, its loss (the policy starts
-    # at its reference, so the KL term starts near 0), but another gradient norm and weight change
+    # the KL ablation, recorded 2026-12-04. Not the KL recipe's samples, though the figures look so: building the KL
+    # reference (LLMPolicy.frozen_copy loads the start adapter a second time, and peft initialises the new LoRA
+    # weights before loading them) draws from the global RNG, so with the KL term on, sampling starts from another
+    # state. Here two of the 10 responses differ (31 and 29 tokens where the KL run sampled 30 and 30), which leaves
+    # the token count and, with advantages +-0.866, the token-mean loss equal; the gradient is another batch's.
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": (276, 0.5, 1.5, -0.1883, 0.07151, 0.06748),
 }
 # The program recipe (the openai-SDK program through the gateway) runs its small step with
