@@ -595,7 +595,11 @@ def export_trainer_checkpoint(recipe: SFTRecipe, checkpoint: str | Path, *, echo
     n_params = sum(p.numel() for p in model.parameters())
     policy = LLMPolicy(model, tokenizer, _policy_config(recipe, str(recipe.export_dir), records))
     model = policy.model = _apply_lora(model, policy.config.lora)
-    loaded = set_peft_model_state_dict(model, load_file(str(weights)))
+    try:
+        loaded = set_peft_model_state_dict(model, load_file(str(weights)))
+    except RuntimeError as exc:  # a tensor of another shape: another r or other target modules
+        raise ConfigError(f"{weights} does not fit the recipe's LoRA ({str(exc).splitlines()[0]}): "
+                          "was it trained with another policy.lora?") from exc
     if getattr(loaded, "unexpected_keys", None):
         raise ConfigError(f"{weights} does not fit the recipe's LoRA ({len(loaded.unexpected_keys)} unexpected "
                           f"tensors, e.g. {loaded.unexpected_keys[0]}): was it trained with another policy.lora?")
