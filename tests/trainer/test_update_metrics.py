@@ -65,6 +65,10 @@ def test_logged_losses_do_not_depend_on_the_micro_batch_size(tmp_path, agg, mini
     assert {"loss/loss", "loss/pg_loss", "loss/kl", "loss/entropy", "loss/clip_frac"} <= set(keys)
     assert rows[1]["train/samples"] == rows[10_000]["train/samples"] >= 4  # several micro-batches of 1 and 3
     assert rows[1]["loss/loss"] != 0.0
+    # approx_kl is a mean of differences of float32 log-probs of magnitude ~6-10, each rounded to ~1e-6: it agrees
+    # to that absolute rounding, which is 1.4e-4 of its value here (0.0037; seq-mean-token-mean, 2 mini-batches,
+    # measured 2026-12-04), not to 1e-4 relative
+    tolerance = {"loss/approx_kl": dict(rel=1e-4, abs=2e-6)}
     for micro in (3, 10_000):
         for k in keys:
-            assert rows[micro][k] == pytest.approx(rows[1][k], rel=1e-4, abs=1e-7), (k, micro)
+            assert rows[micro][k] == pytest.approx(rows[1][k], **tolerance.get(k, dict(rel=1e-4, abs=1e-7))), (k, micro)

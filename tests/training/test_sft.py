@@ -395,3 +395,21 @@ def test_export_from_a_trainer_checkpoint_keeps_its_adapter_and_says_where_it_st
     full = load_sft_recipe(_recipe(tmp_path / "full", demos_file))  # a from-scratch model: no adapter to export
     with pytest.raises(ConfigError, match="LoRA recipe"):
         export_trainer_checkpoint(full, step2, echo=lambda *_: None)
+
+
+def test_export_from_refuses_an_adapter_of_another_shape(trained, tmp_path, demos_file):
+    """A checkpoint trained with another policy.lora (here r 8 against the recipe's r 4) is a clear error, not a
+    traceback from peft."""
+    from stratagym.training.sft import export_trainer_checkpoint
+
+    tmp, _ = trained
+    path = _recipe(tmp_path, demos_file, max_steps=2, save_steps=2, lr=1.0e-2)
+    data = yaml.safe_load(path.read_text())
+    data["model"] = {"path": str(tmp / "run" / "final")}
+    data["policy"]["lora"] = {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}
+    path.write_text(yaml.safe_dump(data))
+    run_sft(load_sft_recipe(path), progress=False, echo=lambda *_: None)
+    data["policy"]["lora"]["r"] = 4
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="another policy.lora"):
+        export_trainer_checkpoint(load_sft_recipe(path), tmp_path / "run" / "trainer" / "checkpoint-2", echo=lambda *_: None)
