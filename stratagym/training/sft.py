@@ -520,14 +520,9 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     policy.model = model
     if compute != torch.float32 and not policy.config.lora:
         policy.autocast_dtype = compute  # trained under autocast: the export records its compute dtype
-    meta = {
-        "recipe": recipe.to_dict(),
-        "demos": {"path": str(demos_path), "sha256": demos_digest(demos_path), "episodes": len(records)},
-        "examples": len(examples), "tokens": n_tokens, "loss_tokens": n_loss, "parameters": n_params,
-        "steps": int(trainer.state.global_step), "epochs": float(trainer.state.epoch or 0.0),
-        "train_loss": float(result.training_loss), "final_loss": losses[-1] if losses else None,
-        "loss_curve": losses, "template": template.name, "template_tags": list(template_tags(template)),
-    }
+    meta = _export_meta(recipe, demos_path, records, template, examples=len(examples), tokens=n_tokens,
+                        loss_tokens=n_loss, parameters=n_params, steps=trainer.state.global_step,
+                        epochs=trainer.state.epoch, train_loss=float(result.training_loss), losses=losses)
     _write_export(recipe, policy, records, meta, times)
     t = _stage(times, "export_s", t)
     echo(f"SFT checkpoint: {export} ({meta['steps']} steps, {meta['epochs']:.2f} epochs, loss {meta['final_loss']})")
@@ -543,6 +538,21 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     atomic_write(export / META_FILE, json.dumps(meta, indent=1, sort_keys=True))
     atomic_write(out / "sft_summary.json", json.dumps({k: v for k, v in meta.items() if k != "loss_curve"}, indent=1, sort_keys=True))
     return meta
+
+
+def _export_meta(recipe: SFTRecipe, demos_path: Path, records: Sequence[dict[str, Any]], template: Any, *,
+                 examples: int, tokens: int, loss_tokens: int, parameters: int, steps: int, epochs: Optional[float],
+                 train_loss: Optional[float], losses: list[float], **extra: Any) -> dict[str, Any]:
+    """``sft_meta.json`` of an export (one schema for :func:`run_sft` and :func:`export_trainer_checkpoint`):
+    the recipe, the demonstrations by content, sizes, steps, the loss curve, the template; ``extra`` adds keys."""
+    return {
+        "recipe": recipe.to_dict(),
+        "demos": {"path": str(demos_path), "sha256": demos_digest(demos_path), "episodes": len(records)},
+        "examples": examples, "tokens": tokens, "loss_tokens": loss_tokens, "parameters": parameters,
+        "steps": int(steps), "epochs": float(epochs or 0.0), "train_loss": train_loss,
+        "final_loss": losses[-1] if losses else None, "loss_curve": losses,
+        "template": template.name, "template_tags": list(template_tags(template)), **extra,
+    }
 
 
 def _write_export(recipe: SFTRecipe, policy: Any, records: Sequence[dict[str, Any]], meta: dict[str, Any],
@@ -605,17 +615,12 @@ def export_trainer_checkpoint(recipe: SFTRecipe, checkpoint: str | Path, *, echo
                           f"tensors, e.g. {loaded.unexpected_keys[0]}): was it trained with another policy.lora?")
     examples = build_examples(records, policy)
     state = json.loads(state_file.read_text())
-    losses = [row["loss"] for row in state.get("log_history", []) if "loss" in row]
-    meta = {
-        "recipe": recipe.to_dict(),
-        "demos": {"path": str(demos_path), "sha256": demos_digest(demos_path), "episodes": len(records)},
-        "examples": len(examples), "tokens": sum(len(e["input_ids"]) for e in examples),
-        "loss_tokens": sum(sum(e["completion_mask"]) for e in examples), "parameters": n_params,
-        "steps": int(state["global_step"]), "epochs": float(state.get("epoch") or 0.0),
-        "planned_steps": state.get("max_steps"), "exported_from": str(ckpt),
-        "train_loss": None, "final_loss": losses[-1] if losses else None,
-        "loss_curve": losses, "template": template.name, "template_tags": list(template_tags(template)),
-    }
+    meta = _export_meta(recipe, demos_path, records, template, examples=len(examples),
+                        tokens=sum(len(e["input_ids"]) for e in examples),
+                        loss_tokens=sum(sum(e["completion_mask"]) for e in examples), parameters=n_params,
+                        steps=state["global_step"], epochs=state.get("epoch"), train_loss=None,
+                        losses=[row["loss"] for row in state.get("log_history", []) if "loss" in row],
+                        planned_steps=state.get("max_steps"), exported_from=str(ckpt))
     _write_export(recipe, policy, records, meta, {})
     echo(f"exported {recipe.export_dir} from {ckpt} (step {meta['steps']} of {meta['planned_steps']}, "
          f"{meta['epochs']:.2f} epochs, loss {meta['final_loss']})")
