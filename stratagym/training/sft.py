@@ -398,7 +398,7 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     t = time.perf_counter()
 
     # 1. demonstrations
-    demos_path = Path(recipe.demos.path) if recipe.demos.path else out / "demos.jsonl"
+    demos_path = _demos_path(recipe)
     if not recipe.demos.path and not (resume and demos_path.exists()):
         echo(f"collecting demonstrations: {recipe.demos.agent} on {recipe.env.id} split {recipe.demos.split}")
         write_demos(collect_recipe_demos(recipe, progress=progress), demos_path)
@@ -414,20 +414,11 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     # they depended on whatever ran earlier in the process (the first loss matched, since LoRA's B starts at
     # zero, and the second did not).
     seed_everything(recipe.sft.seed)
-    compute = resolve_dtype(str(recipe.policy.get("dtype", "float32")), "cuda" if torch.cuda.is_available() else "cpu")
-    template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
-                                recipe.policy.get("template"))
+    compute, template = _compute_and_template(recipe)
     base = out / "base"
     if "path" in recipe.model:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         src = str(recipe.model["path"])
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(src)
-            # a LoRA base is frozen: held in the compute dtype; a fully trained model keeps fp32 weights
-            model = AutoModelForCausalLM.from_pretrained(src, dtype=compute if recipe.policy.get("lora") else torch.float32)
-        except OSError as exc:
-            raise ConfigError(f"model.path {src!r} could not be loaded: {exc}") from exc
+        tokenizer, model = _pretrained_base(recipe, compute)
         if recipe.model.get("require_tag_tokens", True):
             try:
                 check_tokenizer_for_template(tokenizer, template, where=f"the tokenizer of {src}")
@@ -540,6 +531,36 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
     return meta
 
 
+def _demos_path(recipe: SFTRecipe) -> Path:
+    """Where a recipe's demonstrations are: ``demos.path``, else the run's own ``<output_dir>/demos.jsonl``."""
+    return Path(recipe.demos.path) if recipe.demos.path else Path(recipe.output_dir) / "demos.jsonl"
+
+
+def _compute_and_template(recipe: SFTRecipe) -> tuple[Any, Any]:
+    """The compute dtype on this machine (``policy.dtype``) and the prompt template the recipe trains with."""
+    import torch
+
+    compute = resolve_dtype(str(recipe.policy.get("dtype", "float32")), "cuda" if torch.cuda.is_available() else "cpu")
+    template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
+                                recipe.policy.get("template"))
+    return compute, template
+
+
+def _pretrained_base(recipe: SFTRecipe, compute: Any) -> tuple[Any, Any]:
+    """Tokenizer and model of ``model.path``; a path that does not load is a :class:`ConfigError`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = str(recipe.model["path"])
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+        # a LoRA base is frozen: held in the compute dtype; a fully trained model keeps fp32 weights
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=compute if recipe.policy.get("lora") else torch.float32)
+    except OSError as exc:
+        raise ConfigError(f"model.path {src!r} could not be loaded: {exc}") from exc
+    return tokenizer, model
+
+
 def _export_meta(recipe: SFTRecipe, demos_path: Path, records: Sequence[dict[str, Any]], template: Any, *,
                  examples: int, tokens: int, loss_tokens: int, parameters: int, steps: int, epochs: Optional[float],
                  train_loss: Optional[float], losses: list[float], **extra: Any) -> dict[str, Any]:
@@ -578,10 +599,8 @@ def export_trainer_checkpoint(recipe: SFTRecipe, checkpoint: str | Path, *, echo
     (the checkpoint), ``steps`` and ``epochs`` reached, ``planned_steps`` (the run's schedule, so a
     checkpoint taken before the end is not mistaken for the finished recipe) and the loss curve up to
     that step. The demonstrations must be the run's own (``<output_dir>/demos.jsonl`` or ``demos.path``)."""
-    import torch
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     ckpt = Path(checkpoint)
     if not recipe.policy.get("lora") or "path" not in recipe.model:
@@ -591,17 +610,13 @@ def export_trainer_checkpoint(recipe: SFTRecipe, checkpoint: str | Path, *, echo
     if not (state_file.is_file() and weights.is_file()):
         raise ConfigError(f"{ckpt} is not a trainer checkpoint of a LoRA run: it needs trainer_state.json and "
                           "adapter_model.safetensors (the folders under <output_dir>/trainer/)")
-    demos_path = Path(recipe.demos.path) if recipe.demos.path else Path(recipe.output_dir) / "demos.jsonl"
+    demos_path = _demos_path(recipe)
     if not demos_path.is_file():
         raise ConfigError(f"{demos_path} not found: the export records the demonstrations the run trained on; "
                           "put that run's demos.jsonl there (or set demos.path)")
     records = read_demos(demos_path)
-    compute = resolve_dtype(str(recipe.policy.get("dtype", "float32")), "cuda" if torch.cuda.is_available() else "cpu")
-    template = template_for_env(recipe.env.id, {"protocol": recipe.env.kwargs.get("protocol", "tags")},
-                                recipe.policy.get("template"))
-    src = str(recipe.model["path"])
-    tokenizer = AutoTokenizer.from_pretrained(src)
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=compute)
+    compute, template = _compute_and_template(recipe)
+    tokenizer, model = _pretrained_base(recipe, compute)
     n_params = sum(p.numel() for p in model.parameters())
     policy = LLMPolicy(model, tokenizer, _policy_config(recipe, str(recipe.export_dir), records))
     model = policy.model = _apply_lora(model, policy.config.lora)
