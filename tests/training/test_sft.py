@@ -381,8 +381,8 @@ def test_export_from_a_trainer_checkpoint_keeps_its_adapter_and_says_where_it_st
     out = tmp_path / "exported"
     got, want = load_file(str(out / "adapter_model.safetensors")), load_file(str(step2 / "adapter_model.safetensors"))
     assert set(got) == set(want) and all(bool((got[k] == want[k]).all()) for k in want)
-    assert not all(bool((got[k] == load_file(str(tmp_path / "run" / "trainer" / "checkpoint-4" / "adapter_model.safetensors"))[k]).all())
-                   for k in got)  # step 2's adapter, not the final one
+    final = load_file(str(tmp_path / "run" / "trainer" / "checkpoint-4" / "adapter_model.safetensors"))
+    assert not all(bool((got[k] == final[k]).all()) for k in got)  # step 2's adapter, not the final one
     written = json.loads((out / "sft_meta.json").read_text())
     assert (written["steps"], written["planned_steps"], written["exported_from"]) == (2, 4, str(step2))
     assert written["loss_curve"] == finished["loss_curve"][:2] and meta["final_loss"] == finished["loss_curve"][1]
