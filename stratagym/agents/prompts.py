@@ -101,7 +101,8 @@ class PromptTemplate:
     ``build(observation, info, history, memory_k)`` returns chat messages (``[{"role", "content"}]``);
     ``stop`` lists strings that end generation (kept in the response); ``parse`` maps a response to a
     :class:`ParsedAction`; ``format_action`` writes a bare expert action (a planner's command) as a
-    response in this format, for demonstrations (None: the action is the response).
+    response in this format, for demonstrations (None: the action is the response); its optional second
+    argument is the expert's stated reason, written as the think text where the format has one.
     """
 
     name: str
@@ -110,7 +111,7 @@ class PromptTemplate:
     stop: tuple[str, ...] = ()
     system: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    format_action: Optional[Callable[[str], str]] = None
+    format_action: Optional[Callable[..., str]] = None
     #: like ``format_action`` where the format depends on the env (its tools): ``(env_id, action) -> response``
     format_env_action: Optional[Callable[[str, str], str]] = None
 
@@ -204,9 +205,11 @@ def _build_plain(observation: str, info: dict[str, Any], history: Sequence[Turn]
 
 
 SEARCH_R1 = PromptTemplate("search_r1", _build_search_r1, parse_search_r1, stop=("</search>", "</answer>"))
-def _format_think_action(action: str) -> str:
-    """A bare expert action in think/action tags; the think text only restates the expert's choice."""
-    return f"<think>The expert plan's next step is to {action}.</think>\n<action> {action} </action>"
+def _format_think_action(action: str, reason: str | None = None) -> str:
+    """A bare expert action in think/action tags. The think text is the expert's ``reason`` where it gives
+    one (``collect_demos(reasons=True)``), else it only restates the expert's choice."""
+    think = reason.strip() if reason and reason.strip() else f"The expert plan's next step is to {action}."
+    return f"<think>{think}</think>\n<action> {action} </action>"
 
 
 THINK_ACTION = PromptTemplate("think_action", _build_think_action, parse_think_action, stop=("</action>",),

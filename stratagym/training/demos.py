@@ -87,21 +87,29 @@ class _DemoPolicy:
 
     model = None
 
-    def __init__(self, agent: Any, *, template_override: Optional[str], memory_k: int):
+    def __init__(self, agent: Any, *, template_override: Optional[str], memory_k: int, reasons: bool = False):
         self.scripted = ScriptedPolicy(agent)
         self.template_override = template_override
         self.memory_k = int(memory_k)
+        self.reasons = bool(reasons)
 
     def template_for(self, request: Any) -> PromptTemplate:
         return template_for_env(request.env_id, request.info, self.template_override)
 
     def generate(self, requests: Sequence[Any], *, greedy: bool = False) -> list[Any]:
-        expert = self.scripted.generate(requests, greedy=greedy)
+        if self.reasons:
+            reasoned = self.scripted.agent.act_with_reasons([r.observation for r in requests], [r.info for r in requests],
+                                                            [r.episode for r in requests])
+            reasons: list[Optional[str]] = [reason for reason, _ in reasoned]
+            actions = [action for _, action in reasoned]
+        else:
+            actions = [gen.action for gen in self.scripted.generate(requests, greedy=greedy)]
+            reasons = [None] * len(actions)
         out = []
-        for req, gen in zip(requests, expert):
+        for req, action, reason in zip(requests, actions, reasons):
             tmpl = self.template_for(req)
             messages = tmpl.build(req.observation, req.info, req.history, self.memory_k)
-            completion = expert_completion(tmpl, gen.action, env_id=req.env_id)
+            completion = expert_completion(tmpl, action, env_id=req.env_id, reason=reason)
             parsed = tmpl.parse(completion)
             payload = {"messages": messages, "completion": completion}
             out.append(Generation(action=parsed.action, payload=payload, text=completion, format_ok=parsed.format_ok))
@@ -114,13 +122,13 @@ class _DemoPolicy:
         return self
 
 
-def expert_completion(template: PromptTemplate, action: str, *, env_id: str = "") -> str:
+def expert_completion(template: PromptTemplate, action: str, *, env_id: str = "", reason: Optional[str] = None) -> str:
     """The expert's action as a model response in ``template``'s format.
 
     An action that already parses as well-formed for the template (the SearchQA oracle writes full
     Search-R1 turns) is kept as written. A bare action (ALFWorld planner, WebShop oracle) is written the
-    way the template says (``PromptTemplate.format_action``: think/action tags whose think text only
-    restates the expert's choice). Under the tools protocol the action becomes the tool call that stands
+    way the template says (``PromptTemplate.format_action``: think/action tags whose think text is the
+    expert's ``reason`` where it gave one, else only restates the expert's choice). Under the tools protocol the action becomes the tool call that stands
     for it (``format_env_action``: the env's tool set maps its own action text to a call).
     """
     action = action.strip()
@@ -128,7 +136,7 @@ def expert_completion(template: PromptTemplate, action: str, *, env_id: str = ""
         return template.format_env_action(env_id, action)
     if template.parse(action).format_ok or template.format_action is None:
         return action
-    return template.format_action(action)
+    return template.format_action(action, reason) if reason else template.format_action(action)
 
 
 def accepts_split(env_id: str, env_kwargs: dict[str, Any]) -> bool:
@@ -221,6 +229,7 @@ def collect_demos(
     batch_size: int = 64,
     only_won: bool = True,
     progress: bool = False,
+    reasons: bool = False,
 ) -> list[dict[str, Any]]:
     """Play ``agent`` on the first ``n`` tasks (all when None) of ``split`` and return one record per episode.
 
@@ -230,7 +239,10 @@ def collect_demos(
     records carry them so ``stratagym sft`` can refuse a mismatch. ``only_won`` drops the expert's lost
     episodes (cloning a failure teaches it); a demonstrator that is meant to lose some of the time (the
     ValueCorridor ``blind_doors`` agent) needs ``only_won=False``, or the kept episodes would teach
-    exactly what it leaves out.
+    exactly what it leaves out. ``reasons`` writes the expert's stated reason for each action as the think
+    text (for agents with ``act_with_reasons``, such as WebShop's instruction expert) instead of a think
+    text that only restates the action: a model trained on it sees why, e.g. which of the instruction's
+    words an option click matches.
     """
     name, kwargs = demonstrator_setup(env_id, agent, env_kwargs, split,
                                       no_agent="--agent needs a scripted agent name, e.g. scripted:oracle",
@@ -253,7 +265,10 @@ def collect_demos(
             expert = make_agent(env_id, name, env, seed=seed)
         except KeyError as exc:
             raise ConfigError(str(exc).strip('"')) from None
-        policy = _DemoPolicy(expert, template_override=template, memory_k=memory_k)
+        if reasons and not hasattr(expert, "act_with_reasons"):
+            raise ConfigError(f"demos.reasons: the scripted agent {name!r} of {env_id} states no reasons (it has no "
+                              "act_with_reasons); set reasons: false or pick an agent that does (WebShop's expert)")
+        policy = _DemoPolicy(expert, template_override=template, memory_k=memory_k, reasons=reasons)
         episodes = [(t, seed + j) for t in ids for j in range(episodes_per_task)]
         done = [0]
 
@@ -289,6 +304,7 @@ def collect_demos(
             "agent": f"scripted:{name}",
             "template": tmpl_name,
             "memory_k": int(memory_k),
+            **({"reasons": True} if reasons else {}),
             "env_kwargs": {k: v for k, v in kwargs.items() if _jsonable(v)},
         })
     return records

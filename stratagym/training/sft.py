@@ -93,7 +93,9 @@ class SFTDemos:
     """Where the demonstrations come from: an existing ``path``, or collected with ``agent`` from the
     first ``n`` tasks of ``split`` (all when null), each played ``episodes_per_task`` times (reset seeds
     ``seed, seed + 1, ...``). ``keep_lost`` keeps the episodes the agent lost (off: cloning a failure
-    teaches it; on for a demonstrator meant to lose, such as ValueCorridor's ``blind_doors``)."""
+    teaches it; on for a demonstrator meant to lose, such as ValueCorridor's ``blind_doors``). ``reasons``:
+    the think text of each turn is the expert's stated reason (``collect_demos(reasons=True)``), not a
+    restatement of its action."""
 
     path: Optional[str] = None
     agent: str = "scripted:oracle"
@@ -102,6 +104,7 @@ class SFTDemos:
     seed: int = 0
     episodes_per_task: int = 1
     keep_lost: bool = False
+    reasons: bool = False
 
 
 @dataclass
@@ -370,7 +373,7 @@ def collect_recipe_demos(recipe: SFTRecipe, *, progress: bool = False) -> list[d
                          env_kwargs={k: v for k, v in recipe.env.kwargs.items() if k != "split"},
                          template=recipe.policy.get("template"), memory_k=int(recipe.policy.get("memory_k", 2)),
                          seed=recipe.demos.seed, episodes_per_task=recipe.demos.episodes_per_task,
-                         only_won=not recipe.demos.keep_lost, progress=progress)
+                         only_won=not recipe.demos.keep_lost, progress=progress, reasons=recipe.demos.reasons)
 
 
 def sft_provenance(recipe: SFTRecipe, records: Sequence[dict[str, Any]], demos_sha256: str) -> list[dict[str, Any]]:

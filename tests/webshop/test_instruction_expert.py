@@ -84,3 +84,85 @@ def test_demonstrations_come_from_train_goals_only():
     first = demos[0]["turns"][0]
     assert "admissible actions" in first["prompt"][-1]["content"]
     assert first["completion"].endswith(f"<action> search[{instruction_query(env.catalog.goal(demos[0]['task_id'])['instruction_text'])}] </action>")
+
+
+def test_it_reads_results_in_both_text_modes_and_shops_identically_in_text_rich():
+    """``text_rich`` lists a result as the lines ``[button] ASIN [button_]``, title, price (``[clicked button]``
+    once opened); the expert must read them as it reads ``text``'s ``ASIN [SEP] title [SEP] price``."""
+    from stratagym.envs.webshop.agents import _parse_results
+
+    listed = ["click[back to search]", "click[next >]", "click[b0aaaaaaaa]", "click[b0bbbbbbbb]"]
+    text = ("Instruction: [SEP] find me a lotion [SEP] Back to Search [SEP] Page 1 (Total results: 2) [SEP] Next > [SEP] "
+            "B0AAAAAAAA [SEP] Acme Lotion [SEP] $6.14 [SEP] B0BBBBBBBB [SEP] Bolt Lotion, Fragrance Free [SEP] $18.6 to $29.35")
+    rich = ("Instruction:\nfind me a lotion\n[button] Back to Search [button_]\nPage 1 (Total results: 2)\n"
+            "[button] Next > [button_]\n\n[clicked button] B0AAAAAAAA [clicked button_]\nAcme Lotion\n$6.14\n\n"
+            "[button] B0BBBBBBBB [button_]\nBolt Lotion, Fragrance Free\n$18.6 to $29.35\n")
+    expected = [("click[b0aaaaaaaa]", "Acme Lotion", 6.14), ("click[b0bbbbbbbb]", "Bolt Lotion, Fragrance Free", 18.6)]
+    assert _parse_results(text, listed) == expected
+    assert _parse_results(rich, listed) == expected
+    # the whole agent plays the first test goals the same way in both modes (same actions, same rewards)
+    plays = {}
+    for mode in ("text", "text_rich"):
+        env = gym.make("stratagym/WebShop-v0", split="test", observation_mode=mode)
+        plays[mode] = [(r.total_reward, r.turns) for r in play_records([env], InstructionExpert(None), [(i, 0) for i in range(8)])]
+    assert plays["text"] == plays["text_rich"]
+
+
+def test_its_reasons_name_the_instructions_options_and_what_is_chosen():
+    from stratagym.envs.episode import EpisodeKey
+
+    agent = InstructionExpert(None)
+    ep = EpisodeKey("webshop-0", 0)
+    instruction = "find me a shampoo with scent lavender in size 16 fl oz, and price lower than 40.00 dollars"
+    item = ["click[back to search]", "click[< prev]", "click[description]", "click[features]", "click[reviews]",
+            "click[buy now]", "click[8 fl oz]", "click[16 fl oz]", "click[coconut]", "click[lavender]"]
+
+    def step(page: str, admissible: list[str], observation: str = "", n: int = 1) -> tuple[str, str]:
+        info = {"step": n, "instruction": instruction, "page": page, "admissible_actions": admissible}
+        return agent.act_with_reasons([observation], [info], [ep])[0]
+
+    assert agent.act_with_reasons(["WebShop"], [{"step": 0, "instruction": instruction,
+                                                 "admissible_actions": ["search[<your query>]", "click[search]"]}], [ep])[0] == \
+        ("I search with the words of the instruction.", "search[shampoo with scent lavender in size 16 fl oz]")
+    assert step("results", ["click[back to search]", "click[b0aaaaaaaa]"],
+                "Back to Search [SEP] B0AAAAAAAA [SEP] Trihal Lavender Shampoo [SEP] $8.43") == \
+        ("The result that fits the instruction best is Trihal Lavender Shampoo.", "click[b0aaaaaaaa]")
+    assert step("results", ["click[back to search]"], "Back to Search") == \
+        ("No product is listed here; I go back to the search.", "click[back to search]")
+    assert step("item", item) == ("The instruction asks for the options 16 fl oz, lavender; chosen so far: none. "
+                                  "I choose 16 fl oz.", "click[16 fl oz]")
+    assert step("item", item) == ("The instruction asks for the options 16 fl oz, lavender; chosen so far: 16 fl oz. "
+                                  "I choose lavender.", "click[lavender]")
+    assert step("item", item) == ("The instruction asks for the options 16 fl oz, lavender, and all are chosen. I buy it.",
+                                  "click[buy now]")
+    assert step("item", item[:6] + ["click[8 fl oz]"]) == \
+        ("The instruction names none of the listed options. I buy it.", "click[buy now]")
+    # the reasons never change the actions: act() is act_with_reasons() without them
+    assert agent.act(["WebShop"], [{"step": 0, "instruction": instruction, "admissible_actions": ["search[<your query>]"]}],
+                     [ep]) == ["search[shampoo with scent lavender in size 16 fl oz]"]
+
+
+def test_reasoned_demonstrations_write_the_reason_as_the_think_text():
+    from stratagym.training.demos import collect_demos
+
+    plain = collect_demos("stratagym/WebShop-v0", "scripted:expert", split="train", n=4, memory_k=0)
+    reasoned = collect_demos("stratagym/WebShop-v0", "scripted:expert", split="train", n=4, memory_k=0, reasons=True)
+    assert [d["task_id"] for d in plain] == [d["task_id"] for d in reasoned] and reasoned
+    for p, r in zip(plain, reasoned):
+        assert r["reasons"] is True and "reasons" not in p
+        assert [t["prompt"] for t in p["turns"]] == [t["prompt"] for t in r["turns"]]  # same prompts, same actions
+        for tp, tr in zip(p["turns"], r["turns"]):
+            assert tp["completion"].split("</think>")[1] == tr["completion"].split("</think>")[1]
+            assert tp["completion"].startswith("<think>The expert plan's next step is to ")
+            assert not tr["completion"].startswith("<think>The expert plan's")
+    assert reasoned[0]["turns"][0]["completion"].startswith("<think>I search with the words of the instruction.</think>")
+
+
+def test_reasons_from_an_agent_that_gives_none_are_refused():
+    import pytest
+
+    from stratagym.errors import ConfigError
+    from stratagym.training.demos import collect_demos
+
+    with pytest.raises(ConfigError, match="states no reasons"):
+        collect_demos("stratagym/WebShop-v0", "scripted:oracle", split="train", n=1, reasons=True)

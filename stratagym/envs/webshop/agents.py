@@ -34,6 +34,8 @@ _REQUEST = re.compile(r"^(?:i am looking for|i'm looking for|looking for|i want 
                       r"(?: an?\b)?\s*", re.IGNORECASE)
 _WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
 _PRICE = re.compile(r"\$([\d,]+(?:\.\d+)?)")
+#: a ``text_rich`` button line, its label in group 1
+_RICH_BUTTON = re.compile(r"^\s*\[(?:clicked )?button\] (.*) \[(?:clicked )?button_\]\s*$")
 #: words that say nothing about which product fits ("i need a ... that is ... in ... color")
 _FILLER = frozenset("a an and the that is in with for of to size color colour scent style i need want buy am looking "
                     "find me would like price lower than dollars".split())
@@ -119,10 +121,20 @@ def _contains_phrase(words: Sequence[str], phrase: Sequence[str]) -> bool:
     return n > 0 and any(list(words[i:i + n]) == list(phrase) for i in range(len(words) - n + 1))
 
 
+def _click_arg(action: str) -> str:
+    """``"click[13.5 fl oz]"`` -> ``"13.5 fl oz"``."""
+    return action[len("click["):-1] if action.startswith("click[") and action.endswith("]") else action
+
+
 def _parse_results(observation: str, admissible: Sequence[str]) -> list[tuple[str, str, float | None]]:
     """The (click action, title, lowest price) of each product on a results page, in the page's order,
-    read from the observation: WebShop lists each result as ``ASIN [SEP] title [SEP] $price``."""
-    parts = [p.strip() for p in observation.split("[SEP]")]
+    read from the observation in either of WebShop's text modes: ``text`` lists each result as
+    ``ASIN [SEP] title [SEP] $price``, ``text_rich`` as the lines ``[button] ASIN [button_]`` (``[clicked
+    button]`` once opened), title, price."""
+    if "[SEP]" in observation:
+        parts = [p.strip() for p in observation.split("[SEP]")]
+    else:
+        parts = [_RICH_BUTTON.sub(r"\1", line).strip() for line in observation.splitlines() if line.strip()]
     products = {a[len("click["):-1] for a in admissible if a.startswith("click[") and a not in _ITEM_BUTTONS}
     found = []
     for i, part in enumerate(parts[:-1]):
@@ -144,36 +156,55 @@ class InstructionExpert:
 
     It never looks at the goal's hidden product, attributes or options, so a model can learn to do what it
     does. One instance acts for a batch; per episode it remembers the options it clicked (keyed by
-    :class:`EpisodeKey`, reset when ``info["step"] == 0``).
+    :class:`EpisodeKey`, reset when ``info["step"] == 0``). :meth:`act_with_reasons` also says why, in one
+    sentence built from the instruction and the page (the think text of reasoned demonstrations).
     """
 
     def __init__(self, env: gym.Env | None = None, *, seed: int = 0):
         self._clicked: dict[EpisodeKey, set[str]] = {}
 
     def act(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], episodes: Sequence[EpisodeKey]) -> list[str]:
+        return [action for _, action in self.act_with_reasons(observations, infos, episodes)]
+
+    def act_with_reasons(self, observations: Sequence[str], infos: Sequence[dict[str, Any]],
+                         episodes: Sequence[EpisodeKey]) -> list[tuple[str, str]]:
+        """``(reason, action)`` per episode: the action :meth:`act` takes and one sentence that says why from
+        what the page shows (the demonstrations' think text with ``demos.reasons``)."""
         return [self._one(obs, info, episode) for obs, info, episode in zip(observations, infos, episodes)]
 
-    def _one(self, observation: str, info: dict[str, Any], episode: EpisodeKey) -> str:
+    def _one(self, observation: str, info: dict[str, Any], episode: EpisodeKey) -> tuple[str, str]:
         if info.get("step", 0) == 0:
             self._clicked[episode] = set()
         instruction = info.get("instruction", "")
         admissible = info.get("admissible_actions") or []
         if "search[<your query>]" in admissible:
-            return f"search[{instruction_query(instruction)}]"
+            return "I search with the words of the instruction.", f"search[{instruction_query(instruction)}]"
         page = info.get("page")
         if page == "results":
-            best = self.pick_result(instruction, _parse_results(observation, admissible))
-            return best or "click[back to search]"
+            results = _parse_results(observation, admissible)
+            best = self.pick_result(instruction, results)
+            if best is None:
+                return "No product is listed here; I go back to the search.", "click[back to search]"
+            title = next(t for a, t, _ in results if a == best)
+            return f"The result that fits the instruction best is {title}.", best
         if page == "item":
             clicked = self._clicked.setdefault(episode, set())
-            for option in self.option_clicks(instruction, admissible):
+            named = self.option_clicks(instruction, admissible)
+            values = ", ".join(_click_arg(a) for a in named)
+            for option in named:
                 if option not in clicked:
+                    chosen = ", ".join(_click_arg(a) for a in named if a in clicked) or "none"
                     clicked.add(option)
-                    return option
-            return "click[buy now]"
+                    return (f"The instruction asks for the options {values}; chosen so far: {chosen}. "
+                            f"I choose {_click_arg(option)}."), option
+            if named:
+                return f"The instruction asks for the options {values}, and all are chosen. I buy it.", "click[buy now]"
+            return "The instruction names none of the listed options. I buy it.", "click[buy now]"
         if page == "sub":
-            return "click[< prev]"
-        return "click[buy now]" if "click[buy now]" in admissible else (admissible[0] if admissible else "click[back to search]")
+            return "I go back to the product.", "click[< prev]"
+        if "click[buy now]" in admissible:
+            return "I buy it.", "click[buy now]"
+        return "I take the first listed action.", admissible[0] if admissible else "click[back to search]"
 
     @staticmethod
     def pick_result(instruction: str, results: Sequence[tuple[str, str, float | None]]) -> str | None:
