@@ -51,6 +51,8 @@ DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     "sft-smollm2-lora-webshop-reasons.yaml": ("21a64e143604", [2.051, 2.809], [
         "I'm ready to assist you. Please go ahead and present your current situation.",
         "I'm ready to assist you. Please go ahead and provide the information you need"]),
+    "sft-smollm2-lora-webshop-rich.yaml": ("3057125c0243", [2.206, 2.551], [
+        "I'm ready to assist you. What's your current situation?", "I'm ready to assist you. What's your next question?"]),
     "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.772, 2.092], [
         "I'm ready to assist you. What's your next question?"] * 2),
     # planner demonstrations on 4 generated pick-and-place games (the alfworld_games fixture), recorded 2026-12-02.
@@ -116,6 +118,7 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_game
 @pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-searchqa-tools.yaml",
                                   "sft-smollm2-lora-searchqa-tools-qwen25.yaml",
                                   "sft-smollm2-lora-webshop.yaml", "sft-smollm2-lora-webshop-reasons.yaml",
+                                  "sft-smollm2-lora-webshop-rich.yaml",
                                   "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml",
                                   "sft-smollm2-lora-alfworld-searcher.yaml"])
 def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
@@ -166,6 +169,8 @@ VARIANTS = {
     "sft-smollm2-lora-webshop-reasons.yaml": ("sft-smollm2-lora-webshop.yaml",
                                               {"name", "env.kwargs", "env.eval_kwargs", "demos.reasons", "policy.memory_k",
                                                "sft.threads", "sft.save_steps", "output_dir", "export"}),
+    "sft-smollm2-lora-webshop-rich.yaml": ("sft-smollm2-lora-webshop-reasons.yaml",
+                                           {"name", "demos.reasons", "output_dir", "export"}),
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
                                                     {"name", "loss.kl_coef", "train.output_dir"}),
 }
