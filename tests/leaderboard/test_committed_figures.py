@@ -248,6 +248,9 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                                       f"{ci('f29986157a91', 'success', '.3f')} out"),
     ("ALFWorld searching expert", lambda: f"success {ci('15cd13b1f285', 'success', '.3f')} in distribution and "
                                           f"{ci('01027bf6b774', 'success', '.3f')} out"),
+    ("WebShop SFT, reasons and text_rich", lambda: f"score {m('dcd4c317c576', 'score') * 100:.1f}, success "
+                                                 f"{m('dcd4c317c576', 'success'):.2f}, and `text_rich` alone "
+                                                 f"{m('bed8388a00b8', 'score') * 100:.1f}, success {m('bed8388a00b8', 'success'):.2f}"),
     ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
