@@ -17,8 +17,10 @@ class ScriptedPolicy:
 
     model = None
 
-    def __init__(self, agent: Any):
+    def __init__(self, agent: Any, *, reasons: bool = False):
         self.agent = agent
+        #: ask ``agent.act_with_reasons`` instead of ``act``; each generation's payload is ``{"reason": ...}``
+        self.reasons = bool(reasons)
 
     def generate(self, requests: Sequence[Any], *, greedy: bool = False) -> list[Any]:
         from stratagym.agents.policy import Generation  # lazy: torch; `stratagym --help` imports this module
@@ -29,10 +31,16 @@ class ScriptedPolicy:
             # A key made up from the batch position would bring back the bug the key exists to prevent.
             raise ValueError("ScriptedPolicy needs GenerationRequest.episode on every request (the rollout collector sets it)")
         episodes = [r.episode for r in requests]
-        actions = self.agent.act([r.observation for r in requests], [r.info for r in requests], episodes)
+        observations, infos = [r.observation for r in requests], [r.info for r in requests]
+        if self.reasons:
+            reasoned = self.agent.act_with_reasons(observations, infos, episodes)
+            actions, payloads = [a for _, a in reasoned], [{"reason": str(why)} for why, _ in reasoned]
+        else:
+            actions = self.agent.act(observations, infos, episodes)
+            payloads = [None] * len(actions)
         if len(actions) != len(requests):
             raise RuntimeError(f"{type(self.agent).__name__}.act returned {len(actions)} actions for {len(requests)} episodes")
-        return [Generation(action=str(a), payload=None, text=str(a)) for a in actions]
+        return [Generation(action=str(a), payload=p, text=str(a)) for a, p in zip(actions, payloads)]
 
     def eval(self) -> "ScriptedPolicy":
         return self

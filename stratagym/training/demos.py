@@ -88,28 +88,21 @@ class _DemoPolicy:
     model = None
 
     def __init__(self, agent: Any, *, template_override: Optional[str], memory_k: int, reasons: bool = False):
-        self.scripted = ScriptedPolicy(agent)
+        self.scripted = ScriptedPolicy(agent, reasons=reasons)
         self.template_override = template_override
         self.memory_k = int(memory_k)
-        self.reasons = bool(reasons)
 
     def template_for(self, request: Any) -> PromptTemplate:
         return template_for_env(request.env_id, request.info, self.template_override)
 
     def generate(self, requests: Sequence[Any], *, greedy: bool = False) -> list[Any]:
-        if self.reasons:
-            reasoned = self.scripted.agent.act_with_reasons([r.observation for r in requests], [r.info for r in requests],
-                                                            [r.episode for r in requests])
-            reasons: list[Optional[str]] = [reason for reason, _ in reasoned]
-            actions = [action for _, action in reasoned]
-        else:
-            actions = [gen.action for gen in self.scripted.generate(requests, greedy=greedy)]
-            reasons = [None] * len(actions)
+        expert = self.scripted.generate(requests, greedy=greedy)
         out = []
-        for req, action, reason in zip(requests, actions, reasons):
+        for req, gen in zip(requests, expert):
             tmpl = self.template_for(req)
             messages = tmpl.build(req.observation, req.info, req.history, self.memory_k)
-            completion = expert_completion(tmpl, action, env_id=req.env_id, reason=reason)
+            reason = (gen.payload or {}).get("reason")
+            completion = expert_completion(tmpl, gen.action, env_id=req.env_id, reason=reason)
             parsed = tmpl.parse(completion)
             payload = {"messages": messages, "completion": completion}
             out.append(Generation(action=parsed.action, payload=payload, text=completion, format_ok=parsed.format_ok))

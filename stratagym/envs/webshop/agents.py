@@ -135,7 +135,7 @@ def _parse_results(observation: str, admissible: Sequence[str]) -> list[tuple[st
         parts = [p.strip() for p in observation.split("[SEP]")]
     else:
         parts = [_RICH_BUTTON.sub(r"\1", line).strip() for line in observation.splitlines() if line.strip()]
-    products = {a[len("click["):-1] for a in admissible if a.startswith("click[") and a not in _ITEM_BUTTONS}
+    products = {_click_arg(a) for a in admissible if a.startswith("click[") and a not in _ITEM_BUTTONS}
     found = []
     for i, part in enumerate(parts[:-1]):
         if part.lower() in products:
@@ -227,7 +227,7 @@ class InstructionExpert:
         """The listed option clicks whose value the instruction names as a phrase, longest values first,
         leaving out a value contained in a longer named one."""
         words = _words(_PRICE_CLAUSE.sub("", instruction))
-        named = [(a, _words(a[len("click["):-1])) for a in admissible
+        named = [(a, _words(_click_arg(a))) for a in admissible
                  if a.startswith("click[") and a not in _ITEM_BUTTONS]
         named = [(a, w) for a, w in named if _contains_phrase(words, w)]
         named.sort(key=lambda aw: -len(aw[1]))
