@@ -39,7 +39,8 @@ class ScriptedPolicy:
             actions = self.agent.act(observations, infos, episodes)
             payloads = [None] * len(actions)
         if len(actions) != len(requests):
-            raise RuntimeError(f"{type(self.agent).__name__}.act returned {len(actions)} actions for {len(requests)} episodes")
+            method = "act_with_reasons" if self.reasons else "act"
+            raise RuntimeError(f"{type(self.agent).__name__}.{method} returned {len(actions)} actions for {len(requests)} episodes")
         return [Generation(action=str(a), payload=p, text=str(a)) for a, p in zip(actions, payloads)]
 
     def eval(self) -> "ScriptedPolicy":

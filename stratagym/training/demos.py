@@ -121,8 +121,9 @@ def expert_completion(template: PromptTemplate, action: str, *, env_id: str = ""
     An action that already parses as well-formed for the template (the SearchQA oracle writes full
     Search-R1 turns) is kept as written. A bare action (ALFWorld planner, WebShop oracle) is written the
     way the template says (``PromptTemplate.format_action``: think/action tags whose think text is the
-    expert's ``reason`` where it gave one, else only restates the expert's choice). Under the tools protocol the action becomes the tool call that stands
-    for it (``format_env_action``: the env's tool set maps its own action text to a call).
+    expert's ``reason`` where it gave one, else only restates the expert's choice). Under the tools
+    protocol the action becomes the tool call that stands for it (``format_env_action``: the env's tool
+    set maps its own action text to a call).
     """
     action = action.strip()
     if template.format_env_action is not None and env_id and not template.parse(action).format_ok:
