@@ -41,6 +41,7 @@ from stratagym.agents.policy import unwrap_model
 from stratagym.agents.scorer import ScorerPolicy
 from stratagym.atomic import atomic_write_with, write_json_atomic
 from stratagym.errors import ConfigError
+from stratagym.hub_kernels import load_kwargs
 
 __all__ = ["ScorerValueNet", "ScorerCritic", "LLMValueModel", "LLMCritic", "build_critic"]
 
@@ -164,7 +165,7 @@ class LLMCritic(_CriticBase):
         from transformers import AutoModel
 
         try:
-            body = AutoModel.from_pretrained(path, dtype=torch.float32)
+            body = AutoModel.from_pretrained(path, dtype=torch.float32, **load_kwargs())
         except OSError as exc:
             raise ConfigError(f"critic: could not load the model {path!r}: {exc}") from exc
         with torch.random.fork_rng(devices=[]):
@@ -211,7 +212,8 @@ class LLMCritic(_CriticBase):
         from transformers import AutoModel
 
         module = unwrap_model(self.model)
-        body = AutoModel.from_pretrained(Path(directory) / "body", dtype=next(module.body.parameters()).dtype)
+        body = AutoModel.from_pretrained(Path(directory) / "body", dtype=next(module.body.parameters()).dtype,
+                                     **load_kwargs())
         module.body.load_state_dict(body.state_dict())
         module.head.load_state_dict(load_file(str(Path(directory) / WEIGHTS_NAME)))
 

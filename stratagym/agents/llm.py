@@ -54,6 +54,7 @@ from stratagym.agents.policy import (
 from stratagym.agents.prompts import PromptTemplate, template_for_env
 from stratagym.agents.tool_messages import chat_template_has_tools, fallback_messages, openai_messages
 from stratagym.errors import ConfigError
+from stratagym.hub_kernels import load_kwargs
 from stratagym.precision import canonical_dtype, dtype_name, resolve_dtype
 
 __all__ = ["LLMConfig", "LLMPolicy", "POLICY_CONFIG_FILE"]
@@ -271,7 +272,7 @@ class LLMPolicy(Policy):
                     raise ConfigError(f"the LoRA adapter {directory} names no base model (base_model_name_or_path in {adapter}); "
                                       "set it to the folder of the model the adapter was trained on")
                 try:
-                    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+                    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, **load_kwargs())
                 except OSError as exc:
                     hint = (" (a model `stratagym models import` writes: run it first)"
                             if Path(base_path).parts[:2] == ("build", "models") else "")
@@ -292,7 +293,7 @@ class LLMPolicy(Policy):
                         f"trained on another model or vocabulary: set base_model_name_or_path in {adapter} to that model"
                     )
             else:
-                model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+                model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, **load_kwargs())
                 tokenizer = AutoTokenizer.from_pretrained(directory)
         except OSError as exc:
             raise ConfigError(

@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 
 from stratagym.atomic import publish_dir
 from stratagym.errors import ConfigError
+from stratagym.hub_kernels import load_kwargs
 from stratagym.paths import cache_dir, slug
 
 __all__ = [
@@ -307,7 +308,7 @@ def import_gguf(
     folder, name = str(src.path.parent), src.path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, **load_kwargs())
     except Exception as exc:  # noqa: BLE001 - every way a user's file fails to load becomes one message
         raise _load_error(exc, src, info) from exc
     # transformers marks a GGUF-loaded model as quantized and refuses to save it; its weights are plain

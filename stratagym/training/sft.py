@@ -50,6 +50,7 @@ from stratagym.agents.small_lm import (SmallLMConfig, build_model, check_tokeniz
                                        template_tags, train_tokenizer)
 from stratagym.atomic import atomic_write
 from stratagym.errors import ConfigError
+from stratagym.hub_kernels import load_kwargs
 from stratagym.jsonl import read_jsonl
 from stratagym.precision import resolve_dtype
 from stratagym.provenance import inherited_stages, write_provenance
@@ -439,7 +440,7 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(base)
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, **load_kwargs())
         check_tokenizer_for_template(tokenizer, template, where=f"the tokenizer in {base}")
     n_params = sum(p.numel() for p in model.parameters())
     export = recipe.export_dir
@@ -558,7 +559,8 @@ def _pretrained_base(recipe: SFTRecipe, compute: Any) -> tuple[Any, Any]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
         # a LoRA base is frozen: held in the compute dtype; a fully trained model keeps fp32 weights
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=compute if recipe.policy.get("lora") else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=compute if recipe.policy.get("lora") else torch.float32,
+                                                     **load_kwargs())
     except OSError as exc:
         raise ConfigError(f"model.path {src!r} could not be loaded: {exc}") from exc
     return tokenizer, model

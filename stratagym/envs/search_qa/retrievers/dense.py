@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from stratagym.errors import ConfigError
+from stratagym.hub_kernels import load_kwargs
 from stratagym.envs.search_qa.data import Corpus, MappedCorpus
 from stratagym.envs.search_qa.retrievers.base import CorpusRetriever, Hit
 
@@ -117,10 +118,10 @@ class E5Encoder:
         try:
             if local.exists():
                 self.tokenizer = AutoTokenizer.from_pretrained(str(local))
-                self.model = AutoModel.from_pretrained(str(local))
+                self.model = AutoModel.from_pretrained(str(local), **load_kwargs())
             else:
                 self.tokenizer = AutoTokenizer.from_pretrained(self.model_name, local_files_only=True)
-                self.model = AutoModel.from_pretrained(self.model_name, local_files_only=True)
+                self.model = AutoModel.from_pretrained(self.model_name, local_files_only=True, **load_kwargs())
         except Exception as exc:
             raise ConfigError(
                 f"could not load the encoder {self.model_name!r} from disk ({type(exc).__name__}: {str(exc)[:200]}). "
