@@ -60,11 +60,18 @@ def fsync_tree(root: str | os.PathLike[str]) -> None:
         fsync_dir(d)
 
 
+def _stem(name: str) -> str:
+    """``name`` cut to 200 bytes for a temporary name built from it: with its random part and suffix
+    that name stays under the file systems' 255-byte limit however long ``name`` is (a target that fits
+    must not fail on its temporary file)."""
+    return name.encode("utf-8")[:200].decode("utf-8", errors="ignore")
+
+
 def atomic_write_lines(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> Path:
     """Write the byte ``chunks`` to ``path`` atomically (see the module docstring)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{_stem(path.name)}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             for chunk in chunks:
@@ -91,7 +98,7 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[Path], Any]
     one); the library creates it, so it gets the permissions it always did. Removed if ``write`` raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp{path.suffix}"
+    tmp = path.parent / f".{_stem(path.name)}.{uuid.uuid4().hex[:12]}.tmp{path.suffix[:16]}"
     try:
         write(tmp)
         with open(tmp, "rb") as fh:
@@ -121,7 +128,7 @@ def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any], *
     """
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.tmp-", dir=out.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)

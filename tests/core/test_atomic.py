@@ -182,6 +182,18 @@ def test_atomic_write_with_keeps_the_extension_syncs_and_cleans_up(tmp_path, fsy
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
 
 
+def test_a_name_at_the_file_system_limit_is_written_by_every_publish(tmp_path):
+    # a 255-byte name fits the file system; its temporary name must too (a leaderboard record named
+    # after a long env slug once failed on its temporary file after the transcripts were written)
+    long = "é" + "r" * 244 + ".json"  # 2 + 244 + 5 = 251 bytes
+    assert len(long.encode()) <= 255
+    atomic.write_json_atomic(tmp_path / long, {"a": 1})
+    atomic_write_with(tmp_path / ("w" * 250 + ".png"), lambda tmp: tmp.write_bytes(b"x"))
+    publish_dir(tmp_path / ("d" * 255), _write({"a": "x"}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([long, "w" * 250 + ".png", "d" * 255])
+    assert (tmp_path / long).read_text() == '{\n "a": 1\n}\n'
+
+
 def test_no_handle_stays_open(tmp_path):
     before = _open_fds()
     for i in range(5):
