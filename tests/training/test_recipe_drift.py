@@ -171,6 +171,10 @@ VARIANTS = {
                                                "sft.threads", "sft.save_steps", "output_dir", "export"}),
     "sft-smollm2-lora-webshop-rich.yaml": ("sft-smollm2-lora-webshop-reasons.yaml",
                                            {"name", "demos.reasons", "output_dir", "export"}),
+    # issue 48 item 2's fourth WebShop recipe: the first on twice the demonstrations (the drift run is small and uses
+    # 4 demonstrations either way, so the first recipe's pin covers this one's pipeline)
+    "sft-smollm2-lora-webshop-180.yaml": ("sft-smollm2-lora-webshop.yaml",
+                                          {"name", "demos.n", "sft.threads", "output_dir", "export"}),
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
                                                     {"name", "loss.kl_coef", "train.output_dir"}),
 }
