@@ -251,6 +251,9 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("WebShop SFT, reasons and text_rich", lambda: f"score {m('dcd4c317c576', 'score') * 100:.1f}, success "
                                                  f"{m('dcd4c317c576', 'success'):.2f}, and `text_rich` alone "
                                                  f"{m('bed8388a00b8', 'score') * 100:.1f}, success {m('bed8388a00b8', 'success'):.2f}"),
+    ("WebShop SFT on 180 goals", lambda: "scores\n**{}**, success **{}**, {:.0f} % of the expert".format(
+        ci('3930915f749e', 'score', '.1f', 100.0), ci('3930915f749e', 'success', '.2f'),
+        100 * m('3930915f749e', 'score') / m('036d0a6bb691', 'score'))),
     ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
