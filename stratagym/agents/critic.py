@@ -213,7 +213,7 @@ class LLMCritic(_CriticBase):
 
         module = unwrap_model(self.model)
         body = AutoModel.from_pretrained(Path(directory) / "body", dtype=next(module.body.parameters()).dtype,
-                                     **load_kwargs())
+                                         **load_kwargs())
         module.body.load_state_dict(body.state_dict())
         module.head.load_state_dict(load_file(str(Path(directory) / WEIGHTS_NAME)))
 
