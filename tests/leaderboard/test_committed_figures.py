@@ -246,6 +246,8 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                                      f"{ci('7c265e86657f', 'success', '.3f')} out"),
     ("ALFWorld searcher SFT", lambda: f"success {ci('c4588ffd2a75', 'success', '.3f')} in distribution and\n"
                                       f"{ci('f29986157a91', 'success', '.3f')} out"),
+    ("ALFWorld searcher SFT, step 400", lambda: f"with success {ci('63f90485911b', 'success', '.3f')} in distribution and "
+                                                f"{ci('1e996905d82c', 'success', '.3f')} out"),
     ("ALFWorld searching expert", lambda: f"success {ci('15cd13b1f285', 'success', '.3f')} in distribution and "
                                           f"{ci('01027bf6b774', 'success', '.3f')} out"),
     ("WebShop SFT, reasons and text_rich", lambda: f"score {m('dcd4c317c576', 'score') * 100:.1f}, success "
