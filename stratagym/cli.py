@@ -155,10 +155,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     ``error: <message>`` on stderr and exits with code 2; anything else is a bug and keeps its traceback.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # transformers >= 5 kernelizes every from_pretrained model with kernels fetched from the Hub unless
-    # USE_HUB_KERNELS says no: code downloaded at load time, which this project never does (and on CUDA
-    # without the `kernels` package the load raises "Kernels are not available"). On CPU the logits are the
-    # same either way (measured on SmolLM2-135M). Set USE_HUB_KERNELS=1 to opt back in.
+    # no kernels fetched from the Hub (why: stratagym/hub_kernels.py, which covers the package's own model
+    # loads); the variable also reaches loads inside other libraries this command runs. USE_HUB_KERNELS=1 opts in.
     os.environ.setdefault("USE_HUB_KERNELS", "0")
     _load_plugins()
     try:
