@@ -340,3 +340,46 @@ def test_the_oracle_chains_three_hops_at_top_1():
         assert any(a.lower() in searched[-1].lower() for a in answers), task_id
     assert len(ids) > 100
     env.close()
+
+
+def test_the_planning_oracle_lists_the_lookups_left_and_acts_as_the_oracle():
+    """Issue 48 item 8, the demonstrations candidate: ``oracle_plan`` takes the oracle's actions, and its think
+    text lists the relations still to look up (the oracle's queries without their entities), one fewer a turn."""
+    env = gym.make(ENV_ID, split="train", hops=3, topk=1, max_turns=4).unwrapped
+    plan, oracle = make_agent(ENV_ID, "oracle_plan", env), make_agent(ENV_ID, "oracle", env)
+    task_id = env.task_ids()[0]
+    ex = env.example(task_id)
+    obs, info = env.reset(seed=0, options={"task_id": task_id})
+    key = EpisodeKey(task_id, 0, 0)
+    thinks, done = [], False
+    while not done:
+        (action,) = plan.act([obs], [info], [key])
+        (same,) = oracle.act([obs], [info], [key])
+        assert action.split("</think>")[1] == same.split("</think>")[1]  # the oracle's search or answer
+        thinks.append(re.search(r"<think>(.*)</think>", action).group(1))
+        obs, reward, term, trunc, info = env.step(action)
+        done = term or trunc
+    # by hand from the question's oracle queries and supporting titles
+    rel = [q[len(t):].strip() for q, t in zip(ex.oracle_queries, ex.metadata["supporting_titles"])]
+    assert len(rel) == 3 and all(rel)
+    assert thinks == [f"Left: {rel[0]}, {rel[1]}, {rel[2]}.", f"Left: {rel[1]}, {rel[2]}.", f"Left: {rel[2]}.",
+                      "Left: nothing."]
+    assert reward == 1.0
+    env.close()
+
+
+def test_lookups_names_each_hop_by_the_words_after_its_entity():
+    from stratagym.envs.search_qa.agents import lookups
+    from stratagym.envs.search_qa.data import QAExample
+
+    ex = QAExample(id="q", question="Who rules the kingdom that contains the city where Zeis Mipurk was born?",
+                   golden_answers=("Braes Tovryrath",),
+                   metadata={"supporting_titles": ["Zeis Mipurk", "Skaelomos", "Gouzae"],
+                             "oracle_queries": ["Zeis Mipurk born city", "Skaelomos city kingdom", "Gouzae kingdom ruled by"]})
+    assert lookups(ex) == ["born city", "city kingdom", "kingdom ruled by"]
+    # a query that does not start with its title, or is only its title, is its own lookup
+    odd = QAExample(id="q", question="q?", golden_answers=("a",),
+                    metadata={"supporting_titles": ["X", "Y"], "oracle_queries": ["where was X born", "Y"]})
+    assert lookups(odd) == ["where was X born", "Y"]
+    # no oracle queries: the oracle searches the question once
+    assert lookups(QAExample(id="q", question="Who is Z?", golden_answers=("a",))) == ["Who is Z?"]

@@ -38,6 +38,9 @@ DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.053], ["\n" * 16, "\n" * 16]),
     "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.859, 1.536], [
         "Saefan Rulei joined the Guild of the Knights of the Golden Lion,", 'Trou Drilath invented a device called a "Trou Drilath']),
+    # the planning oracle's demonstrations (issue 48 item 8), recorded 2026-12-05
+    "sft-smollm2-lora-searchqa-plan.yaml": ("6065015ea086", [1.946, 1.583], [
+        "Saefan Rulei joined the Guild of the Ancients, a medieval", 'Trou Drilath invented a device called the "Trou Drilath']),
     # the tools protocol (fallback system message, <tool_call> turns), recorded 2026-12-03
     "sft-smollm2-lora-searchqa-tools.yaml": ("d7f194119a82", [1.015, 0.785], [
         "The answer to this question is Saefan Rulei. The guild that Sa",
@@ -116,6 +119,7 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_game
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sft-searchqa.yaml", "sft-smollm2-lora-searchqa.yaml", "sft-smollm2-lora-searchqa-tools.yaml",
+                                  "sft-smollm2-lora-searchqa-plan.yaml",
                                   "sft-smollm2-lora-searchqa-tools-qwen25.yaml",
                                   "sft-smollm2-lora-webshop.yaml", "sft-smollm2-lora-webshop-reasons.yaml",
                                   "sft-smollm2-lora-webshop-rich.yaml",
@@ -177,6 +181,10 @@ VARIANTS = {
                                           {"name", "demos.n", "sft.threads", "output_dir", "export"}),
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
                                                     {"name", "loss.kl_coef", "train.output_dir"}),
+    # issue 48 item 8's demonstrations candidate: another demonstrator (its think text), so its small run is not
+    # the base's and it has its own pin in DRIFT
+    "sft-smollm2-lora-searchqa-plan.yaml": ("sft-smollm2-lora-searchqa-bf16.yaml",
+                                            {"name", "demos.agent", "output_dir", "export"}),
 }
 
 

@@ -38,6 +38,7 @@ ENV_SPECS = [
         training_overlap="stratagym.envs.search_qa.overlap:training_overlap",
         agents={
             "oracle": "stratagym.envs.search_qa.agents:OracleAgent",
+            "oracle_plan": "stratagym.envs.search_qa.agents:PlanningOracleAgent",
             "no_search": "stratagym.envs.search_qa.agents:NoSearchAgent",
         },
     ),

@@ -1,4 +1,5 @@
-"""Scripted agents for ``stratagym/SearchQA-v0``: an oracle (upper bound) and a no-search baseline.
+"""Scripted agents for ``stratagym/SearchQA-v0``: an oracle (upper bound), the same oracle with a think text
+that lists the lookups still to make (demonstrations for multi-hop questions), and a no-search baseline.
 
 One agent instance acts for a batch of envs: each looks its task up by ``info["task_id"]`` in the env it
 was built with, so every env of the batch must serve the same dataset and split.
@@ -14,7 +15,7 @@ import gymnasium as gym
 from stratagym.envs.episode import EpisodeKey
 from stratagym.envs.search_qa.data import load_qa
 
-__all__ = ["OracleAgent", "NoSearchAgent"]
+__all__ = ["OracleAgent", "PlanningOracleAgent", "NoSearchAgent", "lookups"]
 
 
 class OracleAgent:
@@ -39,6 +40,53 @@ class OracleAgent:
         if done < len(queries):
             return f"<think>I need hop {done + 1} of {len(queries)}.</think>\n<search> {queries[done]} </search>"
         return f"<think>I have found the answer.</think>\n<answer> {ex.golden_answers[0]} </answer>"
+
+
+def lookups(ex: Any) -> list[str]:
+    """The relation each of ``ex``'s oracle queries looks up: the query without the entity it starts from.
+
+    The bundled generator writes hop ``i``'s query as its supporting title followed by the relation's words
+    (``"Zeis Mipurk born city"``, ``"Skaelomos city kingdom"``), so a 3-hop question's lookups read
+    ``["born city", "city kingdom", "kingdom ruled by"]``. A query that does not start with its title (other
+    datasets) is its own lookup; a question without oracle queries has one lookup, the question.
+    """
+    queries = ex.oracle_queries or [ex.question]
+    titles = [str(t) for t in (ex.metadata.get("supporting_titles") or [])]
+    out = []
+    for i, query in enumerate(queries):
+        title = titles[i] if i < len(titles) else ""
+        rest = query[len(title):].strip() if title and query.startswith(title) else ""
+        out.append(rest or query)
+    return out
+
+
+class PlanningOracleAgent(OracleAgent):
+    """The oracle's actions, with a think text that lists the lookups still to make.
+
+    The oracle's own think text ("I need hop 1 of 3") makes a model commit to a hop count in its first
+    turn, before it has read anything, and every SmolLM2 clone of it answers 3-hop questions after two
+    searches (docs/llm-learning.md, "the third hop"). This demonstrator writes instead, each turn, the
+    relations left to look up, named by the words of the oracle's queries::
+
+        <think>Left: born city, city kingdom, kingdom ruled by.</think>   (turn 1, a 3-hop question)
+        <think>Left: city kingdom, kingdom ruled by.</think>              (turn 2)
+        <think>Left: kingdom ruled by.</think>                            (turn 3)
+        <think>Left: nothing.</think>                                     (the answer)
+
+    The first list maps the question's words to relations; each later one is the one before it without its
+    head, a copy a model can make from its own earlier turns in memory. The actions (searches and answer) are
+    the oracle's, so the episodes, rewards and search counts are identical to :class:`OracleAgent`'s.
+    """
+
+    def _one(self, info: dict[str, Any]) -> str:
+        ex = self.env.example(info["task_id"])
+        queries = ex.oracle_queries or [ex.question]
+        done = int(info.get("search_count", 0))
+        left = lookups(ex)[done:]
+        plan = ", ".join(left) if left else "nothing"
+        if done < len(queries):
+            return f"<think>Left: {plan}.</think>\n<search> {queries[done]} </search>"
+        return f"<think>Left: {plan}.</think>\n<answer> {ex.golden_answers[0]} </answer>"
 
 
 class NoSearchAgent:
