@@ -174,6 +174,8 @@ RL_UNSEEN = ("658e6e135d8d", "c168b068a1f6", "3c338715e239", "179ac62bd6b5")
 RL_TEST = ("372aea6e833e", "217073a83247", "ab31b7db7fb3", "e933c8cda37c")
 #: the same four runs rebuilt from their recipes on 2026-12-04 (the first build's adapters were lost), same order
 RL_REBUILT = ("4ea4f1b2dfaa", "5609fd45caf9", "71f2e383835b", "1c8086815ebf")
+#: the KL ablation (GRPO, lr 5e-5 without KL, seeds 0 and 1): the first build, and its rebuild of 2026-12-05
+NOKL_FIRST, NOKL_REBUILT = ("41493971afd9", "1d8cd7530f23"), ("ff2c4c2460c0", "a295c62daf24")
 HOP3_START, HOP3_END = "0b593aac3452", "c210ddb37a42"
 MIX_START, MIX_END = "b30ed7c881c7", "2f4ff70e4eb9"  # the third hop's second try (fp32)
 TOOLS_SFT, TOOLS_RL = "2f7e35688830", "54b3d9b2419d"  # the tools protocol: SFT, then 10 GRPO + KL steps (test_unseen)
@@ -212,6 +214,16 @@ def rebuilt_runs() -> str:
             f"(`data/checkpoints/{{grpo,stratified}}-kl-smollm2-lora-searchqa-s{{0,1}}`): with no retrieval, a random passage or\n"
             f"another question's gold passage, each answers at most {ablated:.0f} of 200")
 
+def nokl_rebuilt() -> str:
+    """The README's clause on the rebuilt KL-ablation adapters: each gives its first build's answers exactly."""
+    for first, rebuilt in zip(NOKL_FIRST, NOKL_REBUILT):
+        answers = [{e["task_id"]: (e["extra"]["answer"], e["search_count"], e["extra"]["em"]) for e in rec(p)["episodes"]}
+                   for p in (first, rebuilt)]
+        assert answers[0] == answers[1], (first, rebuilt)
+    n = len(rec(NOKL_REBUILT[0])["episodes"])
+    return f"(those two adapters, rebuilt on 2026-12-05, give their first\nbuild's {n} answers exactly and are committed)"
+
+
 #: README text -> how it is written from committed records.
 CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("SFT on unseen and bundled questions",
@@ -221,6 +233,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("RL gains per run", lambda: f"**{(min(map(m, RL_UNSEEN)) - m(SFT_UNSEEN)) * 100:+.0f} to "
                                  f"{(max(map(m, RL_UNSEEN)) - m(SFT_UNSEEN)) * 100:+.1f} points** per run"),
     ("RL runs rebuilt with their adapters", rebuilt_runs),
+    ("the KL ablation rebuilt with its adapters", nokl_rebuilt),
     ("RL runs on bundled questions", lambda: f"checkpoints score {min(map(m, RL_TEST)):.3f}-{max(map(m, RL_TEST)):.3f}"),
     ("2-hop EM before and after RL",
      lambda: f"(EM {em_by_hops(SFT_UNSEEN, 2):.2f} -> {min(em_by_hops(p, 2) for p in RL_UNSEEN):.2f}-"
