@@ -26,7 +26,7 @@ from typing import Any, Callable
 import pytest
 
 from stratagym.eval.aggregate import aggregate, primary_metric
-from stratagym.eval.paired import compare_seeds, decide, outcomes_by_task
+from stratagym.eval.paired import compare, compare_seeds, decide, outcomes_by_task
 from stratagym.eval.records import record_id
 from stratagym.eval.stats import proportion
 from stratagym.paths import slug
@@ -178,6 +178,8 @@ RL_REBUILT = ("4ea4f1b2dfaa", "5609fd45caf9", "71f2e383835b", "1c8086815ebf")
 NOKL_FIRST, NOKL_REBUILT = ("41493971afd9", "1d8cd7530f23"), ("ff2c4c2460c0", "a295c62daf24")
 HOP3_START, HOP3_END = "0b593aac3452", "c210ddb37a42"
 MIX_START, MIX_END = "b30ed7c881c7", "2f4ff70e4eb9"  # the third hop's second try (fp32)
+#: the third hop's fourth try: SFT on the planning oracle's demonstrations (training seeds 0 and 1), then GRPO + KL
+PLAN_SFT, PLAN_SFT_S1, PLAN_RL = "5fd8ee7735c3", "fc0ef0464e51", "c93bbe962f07"
 TOOLS_SFT, TOOLS_RL = "2f7e35688830", "54b3d9b2419d"  # the tools protocol: SFT, then 10 GRPO + KL steps (test_unseen)
 TOOLS_STRATIFIED = "f89f8ff025a1"  # the same 10 steps with Stratified GRPO (alpha 0.6) in GRPO's place
 #: issue 51: the Qwen2.5-template tools SFT, then 10 GRPO + KL steps in the env loop and through the openai-SDK program
@@ -224,6 +226,19 @@ def nokl_rebuilt() -> str:
     return f"(those two adapters, rebuilt on 2026-12-05, give their first\nbuild's {n} answers exactly and are committed)"
 
 
+def third_hop_by_demonstrations() -> str:
+    """The README's figures for the planning-oracle SFT: EM [CI] of the first build, EM by hops of both builds."""
+    hops = [" / ".join(f"{em_by_hops(p, h):.3f}" if h < 3 else f"**{em_by_hops(p, h):.3f}**" for h in (1, 2, 3))
+            for p in (PLAN_SFT, PLAN_SFT_S1)]
+    return (f"reaches `test_unseen` EM **{m(PLAN_SFT):.3f}** [{rec(PLAN_SFT)['metrics']['em']['ci_low']:.3f}, "
+            f"{rec(PLAN_SFT)['metrics']['em']['ci_high']:.3f}] (by hops {hops[0]}; the second build, seed 1: {hops[1]})")
+
+
+def rl_from_the_planning_adapter() -> str:
+    c = compare(outcomes_by_task(rec(PLAN_SFT), "em"), outcomes_by_task(rec(PLAN_RL), "em"))
+    return f"keeps the third hop ({em_by_hops(PLAN_RL, 3):.3f}) and gains nothing overall (EM {m(PLAN_RL):.3f}, {c.diff:+.3f} paired)"
+
+
 #: README text -> how it is written from committed records.
 CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("SFT on unseen and bundled questions",
@@ -241,6 +256,8 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("third-hop curriculum on 1-hop questions",
      lambda: f"questions, {em_by_hops(HOP3_START, 1):.3f} -> {em_by_hops(HOP3_END, 1):.3f}: it searched more"),
     ("third-hop curriculum on 3-hop questions", lambda: f"reached {em_by_hops(HOP3_END, 3):.3f} on them"),
+    ("third hop by demonstrations", third_hop_by_demonstrations),
+    ("RL from the planning adapter", rl_from_the_planning_adapter),
     ("third hop, second try", lambda: f"1-hop {em_by_hops(MIX_START, 1):.3f} -> {em_by_hops(MIX_END, 1):.3f} in fp32, but made no third "
                                       f"search in {sum(e['search_count'] < 3 for e in rec(MIX_END)['episodes'])} greedy episodes"),
     ("the 0.64M SFT model on the unseen world", lambda: f"scores EM **{m('f3d4a4a03ac0'):.3f}**"),

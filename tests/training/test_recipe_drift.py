@@ -181,10 +181,17 @@ VARIANTS = {
                                           {"name", "demos.n", "sft.threads", "output_dir", "export"}),
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": ("grpo-smollm2-lora-kl-searchqa.yaml",
                                                     {"name", "loss.kl_coef", "train.output_dir"}),
+    # issue 48 item 8: the same RL from the planning-oracle SFT adapter
+    "grpo-smollm2-lora-kl-searchqa-plan.yaml": ("grpo-smollm2-lora-kl-searchqa-bf16.yaml",
+                                                {"name", "policy.model", "train.output_dir"}),
     # issue 48 item 8's demonstrations candidate: another demonstrator (its think text), so its small run is not
     # the base's and it has its own pin in DRIFT
     "sft-smollm2-lora-searchqa-plan.yaml": ("sft-smollm2-lora-searchqa-bf16.yaml",
                                             {"name", "demos.agent", "output_dir", "export"}),
+    # its second build: another training seed only (the one setting the base's small run does not exercise: it
+    # draws the LoRA initialisation and the batch order; the demonstrations and the pipeline are the base's)
+    "sft-smollm2-lora-searchqa-plan-s1.yaml": ("sft-smollm2-lora-searchqa-plan.yaml",
+                                               {"name", "sft.seed", "output_dir", "export"}),
 }
 
 
@@ -240,6 +247,8 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     # state. Here two of the 10 responses differ (31 and 29 tokens where the KL run sampled 30 and 30), which leaves
     # the token count and, with advantages +-0.866, the token-mean loss equal; the gradient is another batch's.
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": (276, 0.5, 1.5, -0.1883, 0.07151, 0.06748),
+    # issue 48 item 8: GRPO + KL from the planning-oracle SFT adapter, recorded 2026-12-05
+    "grpo-smollm2-lora-kl-searchqa-plan.yaml": (282, 0.75, 1.75, -0.1596, 0.1113, 0.06755),
 }
 # The program recipe (the openai-SDK program through the gateway) runs its small step with
 # rollout.batch_invariant (RL_EXTRA). Without it, 5 of 6 runs of this step (seeded sessions, 2026-12-03) drew
@@ -270,7 +279,7 @@ def _lora_weights(model) -> dict:
                                   "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml", "hop3-grpo-smollm2-lora-searchqa.yaml",
                                   "hops-stratified-fp32-smollm2-lora-searchqa.yaml", "stratified-smollm2-lora-kl-searchqa-tools.yaml",
                                   "grpo-smollm2-lora-kl-searchqa-program.yaml", "stratified-smollm2-lora-kl-searchqa.yaml",
-                                  "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml"])
+                                  "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml", "grpo-smollm2-lora-kl-searchqa-plan.yaml"])
 def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2_model, worlds):
     import torch
 
