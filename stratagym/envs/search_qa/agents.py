@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 
 from stratagym.envs.episode import EpisodeKey
-from stratagym.envs.search_qa.data import load_qa
+from stratagym.envs.search_qa.data import QAExample, load_qa
 
 __all__ = ["OracleAgent", "PlanningOracleAgent", "NoSearchAgent", "lookups"]
 
@@ -42,7 +42,7 @@ class OracleAgent:
         return f"<think>I have found the answer.</think>\n<answer> {ex.golden_answers[0]} </answer>"
 
 
-def lookups(ex: Any) -> list[str]:
+def lookups(ex: QAExample) -> list[str]:
     """The relation each of ``ex``'s oracle queries looks up: the query without the entity it starts from.
 
     The bundled generator writes hop ``i``'s query as its supporting title followed by the relation's words
