@@ -194,6 +194,11 @@ def paired(before: str, after: str) -> tuple[int, int]:
     return sum(b[t] > a[t] for t in a), sum(b[t] < a[t] for t in a)
 
 
+def answers(prefix: str) -> dict[str, tuple[str, int, float]]:
+    """A record's answer, search count and EM on each question: what a rebuild must reproduce."""
+    return {e["task_id"]: (e["extra"]["answer"], e["search_count"], float(e["extra"]["em"])) for e in rec(prefix)["episodes"]}
+
+
 def pooled_gain(prefixes: tuple[str, ...]) -> str:
     """The pooled paired EM change over the SFT start of a run's seeds, in points [95% bootstrap CI]."""
     sft = outcomes_by_task(rec(SFT_UNSEEN), "em")
@@ -206,8 +211,7 @@ def rebuilt_runs() -> str:
     changed against the first build, pooled gains, and the most any answers under a retriever ablation."""
     changed = [sum(paired(o, r)) for o, r in zip(RL_UNSEEN, RL_REBUILT)]
     for first, rebuilt in zip(RL_UNSEEN[1::2], RL_REBUILT[1::2]):  # seed 1: the first build's answers exactly
-        answers = [{e["task_id"]: (e["extra"]["answer"], e["search_count"]) for e in rec(p)["episodes"]} for p in (first, rebuilt)]
-        assert answers[0] == answers[1]
+        assert answers(first) == answers(rebuilt)
     ablated = max(sum(x["outcomes"].values()) for p in RL_REBUILT for x in rec(p)["search_dependence"]["ablations"].values())
     return (f"reach EM {min(map(m, RL_REBUILT)):.3f}-{max(map(m, RL_REBUILT)):.3f} again (seed 1's two runs give the first "
             f"build's 200 answers exactly, seed 0's differ on {changed[0]} and {changed[2]}\nquestions; pooled GRPO "
@@ -216,12 +220,11 @@ def rebuilt_runs() -> str:
             f"(`data/checkpoints/{{grpo,stratified}}-kl-smollm2-lora-searchqa-s{{0,1}}`): with no retrieval, a random passage or\n"
             f"another question's gold passage, each answers at most {ablated:.0f} of 200")
 
+
 def nokl_rebuilt() -> str:
     """The README's clause on the rebuilt KL-ablation adapters: each gives its first build's answers exactly."""
     for first, rebuilt in zip(NOKL_FIRST, NOKL_REBUILT):
-        answers = [{e["task_id"]: (e["extra"]["answer"], e["search_count"], e["extra"]["em"]) for e in rec(p)["episodes"]}
-                   for p in (first, rebuilt)]
-        assert answers[0] == answers[1], (first, rebuilt)
+        assert answers(first) == answers(rebuilt), (first, rebuilt)
     n = len(rec(NOKL_REBUILT[0])["episodes"])
     return f"(those two adapters, rebuilt on 2026-12-05, give their first\nbuild's {n} answers exactly and are committed)"
 
