@@ -37,9 +37,15 @@ class OracleAgent:
         ex = self.env.example(info["task_id"])
         queries = ex.oracle_queries or [ex.question]
         done = int(info.get("search_count", 0))
+        think = self.think(ex, done)
         if done < len(queries):
-            return f"<think>I need hop {done + 1} of {len(queries)}.</think>\n<search> {queries[done]} </search>"
-        return f"<think>I have found the answer.</think>\n<answer> {ex.golden_answers[0]} </answer>"
+            return f"<think>{think}</think>\n<search> {queries[done]} </search>"
+        return f"<think>{think}</think>\n<answer> {ex.golden_answers[0]} </answer>"
+
+    def think(self, ex: QAExample, done: int) -> str:
+        """The think text of the turn after ``done`` searches: the hop it is on, or that the answer is found."""
+        hops = len(ex.oracle_queries or [ex.question])
+        return f"I need hop {done + 1} of {hops}." if done < hops else "I have found the answer."
 
 
 def lookups(ex: QAExample) -> list[str]:
@@ -78,15 +84,9 @@ class PlanningOracleAgent(OracleAgent):
     the oracle's, so the episodes, rewards and search counts are identical to :class:`OracleAgent`'s.
     """
 
-    def _one(self, info: dict[str, Any]) -> str:
-        ex = self.env.example(info["task_id"])
-        queries = ex.oracle_queries or [ex.question]
-        done = int(info.get("search_count", 0))
+    def think(self, ex: QAExample, done: int) -> str:
         left = lookups(ex)[done:]
-        plan = ", ".join(left) if left else "nothing"
-        if done < len(queries):
-            return f"<think>Left: {plan}.</think>\n<search> {queries[done]} </search>"
-        return f"<think>Left: {plan}.</think>\n<answer> {ex.golden_answers[0]} </answer>"
+        return f"Left: {', '.join(left) if left else 'nothing'}."
 
 
 class NoSearchAgent:
