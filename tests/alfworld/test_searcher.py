@@ -131,6 +131,47 @@ def test_when_nothing_is_left_to_search_the_planner_answers_and_is_counted():
         "go to drawer 1" and expert.privileged == 1
 
 
+def test_each_command_comes_with_its_reason_what_is_still_to_find_then_the_steps_left():
+    """The think text of reasoned demonstrations (``demos.reasons``), pinned by hand: the task's needs, what is
+    still to be found while exploring, then the plan's remaining steps with the seen mug standing in."""
+    expert = SearchingExpert(lambda: list(HIDDEN_PLAN))
+    assert expert.reset(ROOM, GO, HIDDEN_PLAN) == "go to cabinet 1"
+    assert expert.reason == "The task needs a mug. Still to find: a mug. I look in cabinet 1."
+    expert.step("go to cabinet 1", True, "You arrive at cabinet 1. The cabinet 1 is closed.", GO + ["open cabinet 1"])
+    assert expert.reason == "The task needs a mug. Still to find: a mug. The cabinet 1 is closed: I open it."
+    expert.step("open cabinet 1", True, "You open the cabinet 1. The cabinet 1 is open. In it, you see nothing.", GO)
+    assert expert.step("go to countertop 1", True, "You arrive at countertop 1. On the countertop 1, you see a mug 2.",
+                       GO + ["take mug 2 from countertop 1"]) == "take mug 2 from countertop 1"
+    # the plan names the hidden mug 1 in the drawer; the reason names the mug 2 seen, where it was seen
+    assert expert.reason == ("The task needs a mug. All found. "
+                             "Left: take mug 2 from countertop 1, put mug 2 in/on shelf 1.")
+
+
+def test_pick_two_reasons_count_what_is_still_missing():
+    plan = ["go to desk 1", "take pencil 1 from desk 1", "go to drawer 1", "put pencil 1 in/on drawer 1",
+            "go to bed 1", "take pencil 2 from bed 1", "go to drawer 1", "put pencil 2 in/on drawer 1"]
+    room = ROOM.replace("a cabinet 1, a countertop 1, and a drawer 1", "a desk 1, a sidetable 1, a bed 1, and a drawer 1")
+    go = ["go to desk 1", "go to sidetable 1", "go to bed 1", "go to drawer 1"]
+    expert = SearchingExpert(lambda: list(plan))
+    expert.reset(room, go, plan)
+    assert expert.reason == "The task needs two pencils. Still to find: two pencils. I look in desk 1."
+    expert.step("go to desk 1", True, "You arrive at desk 1. On the desk 1, you see a pencil 1.", go)
+    assert expert.reason == "The task needs two pencils. Still to find: another pencil. I look in sidetable 1."
+    assert expert.step("go to sidetable 1", True, "You arrive at sidetable 1. On the sidetable 1, you see a pencil 3.",
+                       go) == "go to desk 1"
+    # the unseen pencil 2 (on the bed) is replaced by pencil 3, taken from the side table where it was seen
+    assert expert.reason == ("The task needs two pencils. All found. Left: take pencil 1 from desk 1, put pencil 1 "
+                             "in/on drawer 1, take pencil 3 from sidetable 1, put pencil 3 in/on drawer 1.")
+
+
+def test_running_out_of_places_says_so():
+    expert = SearchingExpert(lambda: list(HIDDEN_PLAN))
+    expert.reset(ROOM, GO, HIDDEN_PLAN)
+    for place in ("cabinet 1", "countertop 1", "drawer 1", "shelf 1"):
+        expert.step(f"go to {place}", True, f"You arrive at {place}. On the {place}, you see nothing.", GO)
+    assert expert.reason == "The task needs a mug. Still to find: a mug. Every place is searched: I follow the plan."
+
+
 @pytest.mark.slow
 def test_it_wins_a_game_of_every_type_on_the_engine_from_what_it_saw(one_game_per_type):
     env = gym.make("stratagym/ALFWorld-v0", data_path="bundled", **SearchingExpertAgent.env_kwargs)
@@ -141,6 +182,8 @@ def test_it_wins_a_game_of_every_type_on_the_engine_from_what_it_saw(one_game_pe
             transcript, done = obs, False
             while not done:
                 action = info["expert_action"]
+                reason = info["expert_reason"]  # every command the searcher gives comes with its reason
+                assert reason.startswith("The task needs ") and reason.endswith("."), (task_type, reason)
                 taken = re.match(r"(?:take|use) (\S+ \d+)", action)
                 if taken:  # an object is only taken or used after the transcript has shown it
                     assert re.search(rf"\b{taken.group(1)}\b", transcript), (task_type, action)
@@ -152,3 +195,28 @@ def test_it_wins_a_game_of_every_type_on_the_engine_from_what_it_saw(one_game_pe
         env.close()
     assert set(won) == set(TASK_TYPES)
     assert all(w == (True, 0) for w in won.values()), won
+
+
+def test_the_agent_hands_out_the_reason_beside_the_command():
+    infos = [{"expert_action": "go to cabinet 1", "expert_reason": "The task needs a mug. Still to find: a mug. "
+              "I look in cabinet 1."}, {"expert_action": "look"}]
+    assert SearchingExpertAgent().act_with_reasons(["", ""], infos, [None, None]) == [
+        ("The task needs a mug. Still to find: a mug. I look in cabinet 1.", "go to cabinet 1"), ("", "look")]
+
+
+def test_reasoned_searcher_demonstrations_keep_the_prompts_and_actions_and_think_the_reason():
+    """``demos.reasons`` with the searcher (recipes/gpu/sft-smollm2-lora-alfworld-searcher-reasons.yaml): the same
+    episodes, prompts and actions as the plain demonstrations; only the think text changes, to the reason."""
+    from stratagym.training.demos import collect_demos
+
+    kwargs = {"data_path": "bundled", "max_steps": 50, "context_k": 2}
+    plain = collect_demos("stratagym/ALFWorld-v0", "scripted:searcher", split="train", n=2, env_kwargs=kwargs)
+    reasoned = collect_demos("stratagym/ALFWorld-v0", "scripted:searcher", split="train", n=2, env_kwargs=kwargs,
+                             reasons=True)
+    assert [d["task_id"] for d in plain] == [d["task_id"] for d in reasoned] and len(reasoned) == 2
+    for p, r in zip(plain, reasoned):
+        assert [t["prompt"] for t in p["turns"]] == [t["prompt"] for t in r["turns"]]
+        for tp, tr in zip(p["turns"], r["turns"]):
+            assert tp["completion"].split("</think>")[1] == tr["completion"].split("</think>")[1]
+            assert tr["completion"].startswith("<think>The task needs ")
+        assert "All found. Left: " in r["turns"][-1]["completion"]

@@ -168,6 +168,11 @@ VARIANTS = {
     "gpu/sft-smollm2-lora-alfworld-searcher.yaml": ("sft-smollm2-lora-alfworld-searcher.yaml",
                                                     {"name", "sft.epochs", "sft.max_steps", "sft.save_steps",
                                                      "sft.logging_steps", "output_dir", "export"}),
+    # the same with the searcher's reasons as think text (not yet run: no adapter rests on it); the reasoned
+    # demonstrations' prompts and actions are the plain ones' (tests/alfworld/test_searcher.py)
+    "gpu/sft-smollm2-lora-alfworld-searcher-reasons.yaml": ("gpu/sft-smollm2-lora-alfworld-searcher.yaml",
+                                                            {"name", "demos.reasons", "policy.max_new_tokens",
+                                                             "output_dir", "export"}),
     # the KL coefficient is not set by the small drift run: this variant has its own pin in RL_DRIFT
     # issue 48 item 2's second WebShop recipe: reasons as think text, WebShop's rich text mode, no memory
     "sft-smollm2-lora-webshop-reasons.yaml": ("sft-smollm2-lora-webshop.yaml",

@@ -67,3 +67,11 @@ class SearchingExpertAgent(_ExpertAgent):
 
     expert = "searcher"
     env_kwargs = {"expert": "searcher"}
+
+    def act_with_reasons(self, observations: Sequence[str], infos: Sequence[dict[str, Any]],
+                         episodes: Sequence[EpisodeKey]) -> list[tuple[str, str]]:
+        """``(reason, action)`` per episode: :meth:`act`'s command and the expert's reason for it
+        (``info["expert_reason"]``: what the task needs, what is still to be found, the steps left), the
+        think text of demonstrations collected with ``demos.reasons``."""
+        actions = self.act(observations, infos, episodes)
+        return [(str(info.get("expert_reason") or ""), action) for info, action in zip(infos, actions)]

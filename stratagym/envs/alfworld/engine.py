@@ -52,6 +52,7 @@ class EngineState:
     won: bool
     accepted: bool = True  # the command matched one of the game's valid commands
     expert_plan: list[str] = field(default_factory=list)
+    expert_reason: str | None = None  # the searching expert's reason for expert_plan[0] (None for the others)
 
 
 _DOMAIN_GRAMMARS_REGISTERED = False
@@ -165,7 +166,8 @@ class AlfredEngine:
             self._searcher = SearchingExpert(self.plan, location_prior())
             stored = self._stored_walkthrough(state["admissible_commands"])
             plan = [self._searcher.reset(state["feedback"], state["admissible_commands"], stored)]
-        return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), True, plan)
+        return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), True, plan,
+                           self._reason(plan))
 
     def step(self, command: str) -> EngineState:
         """Apply ``command`` (matched exactly against the valid commands, as TextWorld does)."""
@@ -198,7 +200,12 @@ class AlfredEngine:
                     plan = ["look"]
         elif self.expert == "searcher" and self._searcher is not None and not state["won"]:
             plan = [self._searcher.step(command, accepted, state["feedback"], state["admissible_commands"])]
-        return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), accepted, plan)
+        return EngineState(state["feedback"], list(state["admissible_commands"]), bool(state["won"]), accepted, plan,
+                           self._reason(plan))
+
+    def _reason(self, plan: list[str]) -> str | None:
+        """The searching expert's reason for the command it just gave (None without one)."""
+        return self._searcher.reason if self.expert == "searcher" and self._searcher is not None and plan else None
 
     def _stored_walkthrough(self, admissible: list[str]) -> list[str]:
         """The game's stored walkthrough (the generator stores the verified planner plan), a plan from the

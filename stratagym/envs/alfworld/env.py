@@ -10,7 +10,9 @@ ALFWorld prints them. ``info`` carries, besides the standard keys:
 * ``task_type`` -- one of the six ALFWorld task types (success per type = mean ``won`` per type);
 * ``split`` -- train / in_distribution / out_of_distribution;
 * ``expert_action`` -- only when built with ``expert="planner"``, ``"handcoded"`` or ``"searcher"``: that expert's
-  next command (the scripted expert agents ask for it through ``env_kwargs``).
+  next command (the scripted expert agents ask for it through ``env_kwargs``);
+* ``expert_reason`` -- only with ``expert="searcher"``, while it gives a command: why (what the task needs, what is
+  still to be found, the steps left), the think text of ``demos.reasons`` demonstrations.
 
 Actions are matched like TextWorld matches them, after collapsing whitespace and lower-casing; text
 that is not one of the game's commands is a normal, *invalid* step whose observation is the
@@ -156,6 +158,8 @@ class ALFWorldEnv(TextEnv):
         extra: dict[str, Any] = {"task_type": self._task_type, "split": self.split}
         if self.expert is not None:
             extra["expert_action"] = state.expert_plan[0] if state.expert_plan else "look"
+            if state.expert_reason:
+                extra["expert_reason"] = state.expert_reason
         return extra
 
     def close(self) -> None:

@@ -19,6 +19,12 @@ expert demonstrates what an agent that sees only the text can do:
 Should exploring run out of receptacles, or a rewritten command not be admissible, it falls back to the
 planner's own command and counts it in :attr:`SearchingExpert.privileged`, so demonstrations can be checked
 for commands an agent could not have justified.
+
+Each command comes with a **reason** (:attr:`SearchingExpert.reason`), the demonstrations' think text under
+``demos.reasons``: what the task needs, what is still to be found, and once everything is found, the steps
+left (``Left: take mug 2 from countertop 1, put mug 2 in/on shelf 1.``), a list that shrinks as the episode
+goes. It is SearchQA's planning-oracle lesson (a think text that states what is still to be done taught the
+third hop) carried over; the reason only states what the expert knows from the transcript.
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ class SearchingExpert:
         self._planner = planner
         self._prior = prior or {}
         self.privileged = 0  # commands taken from the planner that the agent's observations do not justify
+        self.reason = ""  # why the last command returned: the think text of reasoned demonstrations
 
     def reset(self, feedback: str, admissible: Sequence[str], plan: Sequence[str] | None = None) -> str:
         """Start an episode from its first observation; ``plan`` (the stored walkthrough) saves a planner call."""
@@ -133,20 +140,56 @@ class SearchingExpert:
         return self._explore(admissible, missing) if missing else self._act(admissible)
 
     def _explore(self, admissible: Sequence[str], missing: list[str]) -> str:
+        still = f"{_needs_sentence(self._needed)} Still to find: {self._missing_phrase(missing)}."
         here = self._location
         if here is not None and f"open {here}" in admissible:
+            self.reason = f"{still} The {here} is closed: I open it."
             return f"open {here}"
         candidates = [r for r in self._order if r not in self._visited and f"go to {r}" in admissible]
         if candidates:
             def likelihood(receptacle: str) -> float:
                 return max(self._prior.get(kind, {}).get(_type(receptacle), 0.0) for kind in missing)
-            return f"go to {max(candidates, key=likelihood)}"  # max keeps the first of equals: the listed order
+            where = max(candidates, key=likelihood)  # max keeps the first of equals: the listed order
+            self.reason = f"{still} I look in {where}."
+            return f"go to {where}"
+        self.reason = f"{still} Every place is searched: I follow the plan."
         return self._privileged(self._planner())
+
+    def _missing_phrase(self, missing: list[str]) -> str:
+        """``a mug`` / ``a second pencil`` (pick two, one found) / ``two pencils``, joined with ``and``."""
+        parts = []
+        for kind in missing:
+            found = len(self._available(kind)) + sum(_type(o) == kind for o in self._placed)
+            parts.append(_count_phrase(kind, self._needed[kind] - found, ordinal=found > 0))
+        return " and ".join(parts)
+
+    def _left(self, plan: Sequence[str]) -> list[str]:
+        """The plan's remaining steps that do something (walking and opening left out), each unseen object
+        replaced by the seen instance that stands in for it and taken from where that one was seen."""
+        in_use = {t for t in map(_target, plan) if t is not None}
+        stand_ins: dict[str, str] = {}
+        for target in (t for t in map(_target, plan) if t is not None):
+            if target not in self._seen and target not in stand_ins:
+                spare = [o for o in self._available(_type(target)) if o not in in_use and o not in stand_ins.values()]
+                if spare:
+                    stand_ins[target] = spare[0]
+        steps = []
+        for command in plan:
+            if command.startswith(("go to ", "open ", "close ")):
+                continue
+            target = _target(command)
+            if target in stand_ins and command.startswith("take ") and self._seen.get(stand_ins[target]):
+                command = f"take {stand_ins[target]} from {self._seen[stand_ins[target]]}"
+            steps.append(_INSTANCE.sub(lambda m: stand_ins.get(m.group(0), m.group(0)), command))
+        return steps
 
     def _act(self, admissible: Sequence[str]) -> str:
         if not self._plan or self._plan[0] not in admissible:
             self._plan = self._planner()
         plan = self._plan
+        left = self._left(plan)
+        self.reason = (f"{_needs_sentence(self._needed)} All found. Left: {', '.join(left)}." if left
+                       else f"{_needs_sentence(self._needed)} All found.")
         for command in plan:
             target = _target(command)
             if target is None:
@@ -172,6 +215,26 @@ class SearchingExpert:
     def _privileged(self, plan: Sequence[str]) -> str:
         self.privileged += 1
         return plan[0] if plan else "look"
+
+
+_NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four"}
+_ORDINALS = {1: "another", 2: "two more", 3: "three more"}
+
+
+def _count_phrase(kind: str, n: int, *, ordinal: bool = False) -> str:
+    """``a mug``, ``an apple``, ``two pencils``; with ``ordinal`` (some already found) ``another pencil``."""
+    if ordinal:
+        return f"{_ORDINALS.get(n, f'{n} more')} {kind}{'s' if n > 1 else ''}"
+    if n == 1:
+        return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+    return f"{_NUMBERS.get(n, str(n))} {kind}s"
+
+
+def _needs_sentence(needed: Counter[str]) -> str:
+    """``The task needs a mug.`` / ``... two pencils.`` / ``... an alarmclock and a desklamp.``"""
+    if not needed:  # a plan that takes and uses nothing (none of the six task types)
+        return "The task needs no object."
+    return "The task needs " + " and ".join(_count_phrase(k, n) for k, n in needed.items()) + "."
 
 
 def _listed_receptacles(feedback: str) -> list[str]:
