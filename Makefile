@@ -37,12 +37,14 @@ demo: setup
 # The main suite in .venv on TEST_WORKERS pytest-xdist workers (work-stealing: a worker that runs out takes
 # tests from the other's queue, so the few 1-2 minute SmolLM2 tests do not leave a core idle at the end) and,
 # beside it, the vLLM tests in .venv-vllm (not collected in .venv, never skipped); the vLLM log is printed
-# after the main suite. Fails if either fails. TEST_WORKERS=0 runs the main suite in one process.
+# after the main suite. Fails if either fails. TEST_WORKERS=0 runs the main suite in one process. The main suite
+# lists its 25 slowest tests (--durations): the suite should stay well under 20 minutes, and that list says where
+# its time goes.
 TEST_WORKERS ?= 2
 test: setup setup-vllm
 	@mkdir -p build && rm -f build/vllm-tests.log build/vllm-tests.rc
 	@( $(VPY) -m pytest -q -m vllm tests/vllm_backend > build/vllm-tests.log 2>&1; echo $$? > build/vllm-tests.rc ) & \
-	$(PY) -m pytest -q -m "not vllm" -n $(TEST_WORKERS) --dist worksteal; main=$$?; wait; \
+	$(PY) -m pytest -q -m "not vllm" -n $(TEST_WORKERS) --dist worksteal --durations=25; main=$$?; wait; \
 	echo "== vLLM tests (.venv-vllm: $(VPY) -m pytest -q -m vllm tests/vllm_backend), run beside the main suite"; \
 	cat build/vllm-tests.log; vllm=$$(cat build/vllm-tests.rc); \
 	echo "main suite exit $$main, vLLM suite exit $$vllm"; test $$main -eq 0 && test $$vllm -eq 0
