@@ -50,4 +50,9 @@ head -c 46000000 "$gguf" > .dev1/gguf.a && tail -c +46000001 "$gguf" > .dev2/ggu
 rm -rf .dev1/tiny-model
 tar -cJf .dev2/games.tar.xz build/alfworld-planner-sft
 xz -9 -c runs/sft/smollm2-lora-alfworld-searcher/demos.jsonl > .dev2/demos.jsonl.xz
+# job-reasons.sh's demonstrations (the reasons recipe's own collection, made here: 132 s on one core), when made with
+#   stratagym demos collect --env stratagym/ALFWorld-v0 --agent scripted:searcher --split train --memory-k 2 --reasons \
+#     -E data_path=build/alfworld-planner-sft -E max_steps=50 -E context_k=2 -o runs/sft/smollm2-lora-alfworld-searcher-reasons/demos.jsonl
+R=runs/sft/smollm2-lora-alfworld-searcher-reasons/demos.jsonl
+if [ -f $R ]; then xz -9 -c $R > .dev2/demos-reasons.jsonl.xz; fi
 du -cb .dev1 | tail -1; du -cb .dev2 | tail -1

@@ -37,6 +37,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         seed: int = typer.Option(0, help="Reset seed of every episode (the first, with --episodes-per-task)."),
         episodes_per_task: int = typer.Option(1, "--episodes-per-task", help="Play each task this many times, with seeds seed, seed+1, ..."),
         keep_lost: bool = typer.Option(False, "--keep-lost", help="Also keep episodes the expert lost."),
+        reasons: bool = typer.Option(False, "--reasons", help="Think text = the expert's stated reason for each action "
+                                     "(the recipes' demos.reasons; experts with act_with_reasons: WebShop's expert, "
+                                     "ALFWorld's searcher)."),
     ) -> None:
         """Play a scripted expert on a train split and write one chat-format record per episode.
 
@@ -54,7 +57,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             kwargs.pop("split", None)
             records = collect_demos(env, agent, split=split, n=n, env_kwargs=kwargs, template=template,
                                     memory_k=memory_k, seed=seed, episodes_per_task=episodes_per_task,
-                                    only_won=not keep_lost, progress=True)
+                                    only_won=not keep_lost, progress=True, reasons=reasons)
             write_demos(records, out)
         except ConfigError as exc:
             raise _error(exc)

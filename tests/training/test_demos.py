@@ -145,6 +145,22 @@ def test_cli_collects(tmp_path):
     assert recs[0]["turns"][0]["prompt"][0]["content"].startswith("Search with <search>")
 
 
+def test_cli_collects_reasons_and_refuses_them_from_an_expert_that_gives_none(tmp_path):
+    """``--reasons`` is the recipes' ``demos.reasons`` from the command line (scripts/device/job-reasons.sh packs
+    demonstrations made with it); an expert without reasons is a user error, not a traceback."""
+    out = tmp_path / "d.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "stratagym.cli", "demos", "collect", "--env", "stratagym/WebShop-v0",
+                           "--agent", "scripted:expert", "--n", "2", "--memory-k", "0", "--reasons", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_demos(out)
+    assert recs and all(r["reasons"] is True for r in recs)
+    assert recs[0]["turns"][0]["completion"].startswith("<think>I search with the words of the instruction.</think>")
+    proc = subprocess.run([sys.executable, "-m", "stratagym.cli", "demos", "collect", "--env", ENV, "--n", "1",
+                           "--reasons", "--out", str(tmp_path / "o.jsonl")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "states no reasons" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_several_episodes_per_task_and_a_demonstrator_meant_to_lose():
     """ValueCorridor has 8 tasks whose episodes differ by reset seed: episodes_per_task plays each task
     with seeds seed, seed+1, ...; the door-blind demonstrator loses most episodes, and dropping those
