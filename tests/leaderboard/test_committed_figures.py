@@ -242,6 +242,46 @@ def rl_from_the_planning_adapter() -> str:
     return f"keeps the third hop ({em_by_hops(PLAN_RL, 3):.3f}) and gains nothing overall (EM {m(PLAN_RL):.3f}, {c.diff:+.3f} paired)"
 
 
+
+def study_rebuilt(name: str) -> str:
+    """The README's sentence on a study rebuilt from its registered commands: how many runs give their first
+    build's answers exactly, the rebuild's means, registered test and verdict, and its seed-level reading."""
+    first, again = ROOT / "studies" / "llm" / name, ROOT / "studies" / "llm" / f"{name}-rebuilt-2026-12-05"
+    s = study(f"{name}-rebuilt-2026-12-05")
+    (h,) = s["hypotheses"]
+    runs = [f"{slug(label)}-s{seed}" for label in s["arms"] for seed in s["seeds_done"]]
+
+    def answers_of(folder: Path, run: str) -> dict[str, tuple[str, int, float]]:
+        return {e["task_id"]: (e["extra"]["answer"], e["search_count"], float(e["extra"]["em"]))
+                for e in _load(folder / "records" / f"{run}.json")["episodes"]}
+
+    exact = sum(answers_of(first, r) == answers_of(again, r) for r in runs)
+    c, d = h["pooled"], h["run_level"]["seed_diff"]
+    return (f"{exact} of its {len(runs)} runs give their first build's {len(answers_of(again, runs[0]))} answers exactly; "
+            f"the rebuild reads EM {s['arms'][h['arm']]['mean']:.3f} vs {s['arms'][h['baseline']]['mean']:.3f}, "
+            f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], {h['verdict']} by the registered rule, "
+            f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over seeds")
+
+
+def board_transcripts() -> str:
+    """The README's count of board rows with transcripts; every row whose checkpoint is committed is among them."""
+    board = [_load(p) for p in sorted(ROOT.glob("leaderboard/records/*.json"))]
+    for r in board:
+        spec = str(r["agent"].get("spec") or "")
+        if spec.startswith("data/checkpoints/") and (ROOT / spec).is_dir():
+            assert r.get("transcripts"), f"{r['record_id'][:12]}: its checkpoint {spec} is committed but it has no transcripts"
+    return f"transcripts for {sum(bool(r.get('transcripts')) for r in board)} of its {len(board)} rows"
+
+
+def smollm2_search_dependence() -> str:
+    """The README's count of SmolLM2 SearchQA rows with a search-dependence block, and the most answers any of them
+    keeps under an ablation."""
+    rows = [r for r in map(_load, sorted(ROOT.glob("leaderboard/records/*.json")))
+            if r.get("search_dependence") and "smollm2" in r["agent"]["label"].lower()]
+    kept = max(sum(x["outcomes"].values()) for r in rows for x in r["search_dependence"]["ablations"].values())
+    return f"({len(rows)} SmolLM2 rows, RL adapters included: at most {kept:.0f} of 200 answers survive any ablation)"
+
+
 #: README text -> how it is written from committed records.
 CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("SFT on unseen and bundled questions",
@@ -312,6 +352,9 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("HA-DW over seeds", lambda: "| " + over_seeds("hadw-smollm2-hops") + " |"),
     ("HGPO over seeds", lambda: "| " + over_seeds("hgpo-smollm2-corridor-mixed") + " |"),
     ("ALFWorld scorer warm-started from the searching expert", warm_verdicts),
+    ("the Stratified study rebuilt", lambda: study_rebuilt("stratified-smollm2-hops")),
+    ("board rows with transcripts", board_transcripts),
+    ("SmolLM2 rows' search dependence", smollm2_search_dependence),
 ]
 
 #: README result figures with no committed record behind them, and why.
