@@ -156,7 +156,7 @@ class SearchingExpert:
         return self._privileged(self._planner())
 
     def _missing_phrase(self, missing: list[str]) -> str:
-        """``a mug`` / ``a second pencil`` (pick two, one found) / ``two pencils``, joined with ``and``."""
+        """``a mug`` / ``another pencil`` (pick two, one found) / ``two pencils``, joined with ``and``."""
         parts = []
         for kind in missing:
             found = len(self._available(kind)) + sum(_type(o) == kind for o in self._placed)
