@@ -194,9 +194,14 @@ def paired(before: str, after: str) -> tuple[int, int]:
     return sum(b[t] > a[t] for t in a), sum(b[t] < a[t] for t in a)
 
 
-def answers(prefix: str) -> dict[str, tuple[str, int, float]]:
+def record_answers(record: dict[str, Any]) -> dict[str, tuple[str, int, float]]:
     """A record's answer, search count and EM on each question: what a rebuild must reproduce."""
-    return {e["task_id"]: (e["extra"]["answer"], e["search_count"], float(e["extra"]["em"])) for e in rec(prefix)["episodes"]}
+    return {e["task_id"]: (e["extra"]["answer"], e["search_count"], float(e["extra"]["em"])) for e in record["episodes"]}
+
+
+def answers(prefix: str) -> dict[str, tuple[str, int, float]]:
+    """:func:`record_answers` of the board record whose id starts with ``prefix``."""
+    return record_answers(rec(prefix))
 
 
 def pooled_gain(prefixes: tuple[str, ...]) -> str:
@@ -252,8 +257,7 @@ def study_rebuilt(name: str) -> str:
     runs = [f"{slug(label)}-s{seed}" for label in s["arms"] for seed in s["seeds_done"]]
 
     def answers_of(folder: Path, run: str) -> dict[str, tuple[str, int, float]]:
-        return {e["task_id"]: (e["extra"]["answer"], e["search_count"], float(e["extra"]["em"]))
-                for e in _load(folder / "records" / f"{run}.json")["episodes"]}
+        return record_answers(_load(folder / "records" / f"{run}.json"))
 
     exact = sum(answers_of(first, r) == answers_of(again, r) for r in runs)
     c, d = h["pooled"], h["run_level"]["seed_diff"]
