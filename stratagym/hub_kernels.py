@@ -10,15 +10,14 @@ Measured on SmolLM2-135M on CPU: logits bit-identical with and without.
 
 from __future__ import annotations
 
+import os
+
 __all__ = ["hub_kernels_requested", "load_kwargs"]
 
 
 def hub_kernels_requested() -> bool:
-    """True only when the user set ``USE_HUB_KERNELS`` to a true value, read by transformers' own rule
-    (``is_env_variable_true``, which spells the true values) with our default: unset is false."""
-    from transformers.utils.import_utils import is_env_variable_true
-
-    return is_env_variable_true("USE_HUB_KERNELS", default="false")
+    """True only when the user set ``USE_HUB_KERNELS`` to a true value (transformers' own spellings)."""
+    return os.environ.get("USE_HUB_KERNELS", "").lower() in ("true", "1", "y", "yes", "on")
 
 
 def load_kwargs() -> dict:
