@@ -107,6 +107,21 @@ def test_every_llm_study_verdict_recomputes_from_its_records(study):
         assert verdict == h["verdict"], study
 
 
+
+def test_the_hadw_rebuild_turns_the_rule_on_two_questions_of_one_seed():
+    """The README's reading of the HA-DW rebuild: the registered rule says "undecided" on the first build (seed 0 a
+    tie) and "reproduced" on the rebuild, and all that moved is two 1-hop questions the rebuilt GRPO seed 0 lost
+    by searching twice (the HA-DW runs give their first build's answers exactly)."""
+    first, again = study("hadw-smollm2-hops"), study("hadw-smollm2-hops-rebuilt-2026-12-05")
+    assert (first["hypotheses"][0]["verdict"], again["hypotheses"][0]["verdict"]) == ("undecided", "reproduced")
+    assert [first["hypotheses"][0]["pooled"]["per_seed"][0], again["hypotheses"][0]["pooled"]["per_seed"][0]] == pytest.approx([0.0, 0.01])
+    folders = [ROOT / "studies" / "llm" / n / "records" for n in ("hadw-smollm2-hops", "hadw-smollm2-hops-rebuilt-2026-12-05")]
+    for run in ("grpo-ha-dw-s0", "grpo-ha-dw-s1", "grpo-ha-dw-s2"):
+        assert record_answers(_load(folders[0] / f"{run}.json")) == record_answers(_load(folders[1] / f"{run}.json"))
+    a, b = (record_answers(_load(f / "grpo-s0.json")) for f in folders)
+    moved = {t: (a[t], b[t]) for t in a if a[t][1:] != b[t][1:]}
+    assert sorted((x[1:], y[1:]) for x, y in moved.values()) == [((1, 1.0), (2, 0.0))] * 2, moved
+
 # ---- the README's figures ---------------------------------------------------------------------------
 
 
@@ -357,6 +372,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("HGPO over seeds", lambda: "| " + over_seeds("hgpo-smollm2-corridor-mixed") + " |"),
     ("ALFWorld scorer warm-started from the searching expert", warm_verdicts),
     ("the Stratified study rebuilt", lambda: study_rebuilt("stratified-smollm2-hops")),
+    ("the HA-DW study rebuilt", lambda: study_rebuilt("hadw-smollm2-hops")),
     ("board rows with transcripts", board_transcripts),
     ("SmolLM2 rows' search dependence", smollm2_search_dependence),
 ]
