@@ -4,7 +4,7 @@ answers it gave when its checkpoint was committed.
 The 3.5M two-epoch rebuild drifted from its first build (EM 0.266 -> 0.332 on ``test``) and nothing
 noticed. Here every SFT recipe behind a checkpoint in ``data/checkpoints/`` runs its whole pipeline (its
 own demonstrator on its own data, its tokenizer or base model, its template and LoRA settings) at a size
-that takes seconds: 2 optimizer steps on 4 demonstrations, batch 2, float32, 1 thread. Then the export
+that takes seconds: 2 optimizer steps of batch 1 on 4 demonstrations, float32, 1 thread. Then the export
 answers the first turn of its eval split's first two tasks greedily (16 tokens). Pinned: a digest of the
 demonstrations (tasks and turns), the two losses (3 decimals) and both replies. A change anywhere in that pipeline (demonstrations, rendering, tokenization, loss masking,
 LoRA, the export, the policy's parsing) moves one of them; a deliberate change re-records the pins here,
@@ -32,46 +32,51 @@ REPO = Path(__file__).resolve().parents[2]
 #: how many tokens of each first reply are pinned
 REPLY_TOKENS = 16
 #: recipe -> (sha256 of the demonstrations' tasks and turns, first 12 hex; the two losses; the first greedy reply to each of the
-#: eval split's first two tasks), recorded 2026-12-02 (second LoRA losses 2026-12-03)
+#: eval split's first two tasks), recorded 2026-12-02 (second LoRA losses 2026-12-03). Every pin was re-recorded
+#: 2026-12-05 when the small run went from batch 2 to batch 1, to cut the suite's time (these runs took 32-52 s
+#: each on the long-prompt recipes, now 12-33 s): the demonstrations' digests stayed, the losses and 4 of the 22
+#: replies moved
 DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     # the 0.64M from-scratch model: 2 steps leave it answering newlines
-    "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.053], ["\n" * 16, "\n" * 16]),
-    "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.859, 1.536], [
-        "Saefan Rulei joined the Guild of the Knights of the Golden Lion,", 'Trou Drilath invented a device called a "Trou Drilath']),
+    "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.039], ["\n" * 16, "\n" * 16]),
+    "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.784, 1.682], [
+        "Saefan Rulei joined the Guild of the Knights of the Golden Lion,",
+        "Trou Drilath invented a device called a \"Trou Drilath"]),
     # the planning oracle's demonstrations (issue 48 item 8), recorded 2026-12-05
-    "sft-smollm2-lora-searchqa-plan.yaml": ("6065015ea086", [1.946, 1.583], [
-        "Saefan Rulei joined the Guild of the Ancients, a medieval", 'Trou Drilath invented a device called the "Trou Drilath']),
+    "sft-smollm2-lora-searchqa-plan.yaml": ("6065015ea086", [1.792, 1.851], [
+        "Saefan Rulei joined the Guild of the Order of the Golden Chalice",
+        "The answer to this question is: \"The invention of the Trou Drilath"]),
     # the tools protocol (fallback system message, <tool_call> turns), recorded 2026-12-03
-    "sft-smollm2-lora-searchqa-tools.yaml": ("d7f194119a82", [1.015, 0.785], [
+    "sft-smollm2-lora-searchqa-tools.yaml": ("d7f194119a82", [0.949, 0.912], [
         "The answer to this question is Saefan Rulei. The guild that Sa",
         "The answer to this question is:\n\nThe answer to this question is:"]),
     # the same demonstrations rendered with TRL's Qwen2.5 template (issue 51's comparison), recorded 2026-12-03
-    "sft-smollm2-lora-searchqa-tools-qwen25.yaml": ("d7f194119a82", [0.968, 0.724], [
+    "sft-smollm2-lora-searchqa-tools-qwen25.yaml": ("d7f194119a82", [0.879, 0.859], [
         "The answer to this question is:\n\nSaefan Rulei joined the",
         "The answer to this question is:\n\nThe answer to this question is:"]),
-    "sft-smollm2-lora-webshop.yaml": ("0487887e615b", [2.176, 2.503], [
-        "I'm ready to assist you. What's your next question?"] * 2),
-    "sft-smollm2-lora-webshop-reasons.yaml": ("21a64e143604", [2.051, 2.809], [
-        "I'm ready to assist you. Please go ahead and present your current situation.",
+    "sft-smollm2-lora-webshop.yaml": ("0487887e615b", [2.166, 1.87], ["I'm ready to assist you. What's your next question?"] * 2),
+    "sft-smollm2-lora-webshop-reasons.yaml": ("21a64e143604", [1.971, 1.747], [
+        "I'm ready to assist you. Please go ahead and present the current situation.",
         "I'm ready to assist you. Please go ahead and provide the information you need"]),
-    "sft-smollm2-lora-webshop-rich.yaml": ("3057125c0243", [2.206, 2.551], [
-        "I'm ready to assist you. What's your current situation?", "I'm ready to assist you. What's your next question?"]),
-    "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.772, 2.092], [
-        "I'm ready to assist you. What's your next question?"] * 2),
+    "sft-smollm2-lora-webshop-rich.yaml": ("3057125c0243", [2.123, 1.865], [
+        "I'm ready to assist you. What's your current situation?",
+        "I'm ready to assist you. What's your next question?"]),
+    "sft-smollm2-lora-valuecorridor.yaml": ("a995f8cabde6", [2.766, 2.105], ["I'm ready to assist you. What's your next question?"] * 2),
     # planner demonstrations on 4 generated pick-and-place games (the alfworld_games fixture), recorded 2026-12-02.
     # Its second loss once varied between processes (2.200, 2.210, 2.213): the LoRA A matrices were drawn from
     # the RNG state earlier tests left. run_sft now seeds before building the model, so every LoRA recipe's
     # second loss was re-recorded 2026-12-03 (the two SearchQA/WebShop ones moved: 1.544 -> 1.536, 2.517 -> 2.503)
-    "sft-smollm2-lora-alfworld-planner.yaml": ("08ec298aaaf4", [1.967, 2.202], [
+    "sft-smollm2-lora-alfworld-planner.yaml": ("08ec298aaaf4", [1.96, 1.645], [
         "I'm ready to assist you. What's your next question?",
         "I'm ready to assist you. Please go ahead and present the current situation."]),
     # the searching expert's demonstrations on the same 4 games, recorded 2026-12-04 (its checkpoint was built on a
     # lent GPU in bf16 from this recipe; the small run here is float32 on the CPU, as for every pin)
-    "sft-smollm2-lora-alfworld-searcher.yaml": ("b2cca90a9bc5", [2.237, 1.871], [
-        "I'm ready to assist you. What's your next question?", "I'm ready to assist you. What's your task?"]),
+    "sft-smollm2-lora-alfworld-searcher.yaml": ("b2cca90a9bc5", [1.96, 2.231], [
+        "I'm ready to assist you. What's your next question?",
+        "I'm ready to assist you. Please go ahead and present the current situation."]),
 }
 
-SMALL = {"sft.max_steps": 2, "sft.batch_size": 2, "sft.warmup_steps": 0, "sft.save_steps": 1000,
+SMALL = {"sft.max_steps": 2, "sft.batch_size": 1, "sft.warmup_steps": 0, "sft.save_steps": 1000,
          "sft.logging_steps": 1, "sft.threads": 1, "eval.n": 0, "policy.dtype": "float32"}
 
 
@@ -153,7 +158,7 @@ def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, wo
     if name not in DRIFT:
         pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
     digest, losses, replies = DRIFT[name]
-    assert got == (digest, losses, replies)
+    assert got == (digest, losses, replies), f"recorded now: {json.dumps(got)}"
 
 
 #: recipes written down from a run of another recipe with overrides (issue 50 item 4: overrides go into a
