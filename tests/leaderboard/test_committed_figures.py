@@ -191,6 +191,8 @@ RL_TEST = ("372aea6e833e", "217073a83247", "ab31b7db7fb3", "e933c8cda37c")
 RL_REBUILT = ("4ea4f1b2dfaa", "5609fd45caf9", "71f2e383835b", "1c8086815ebf")
 #: the KL ablation (GRPO, lr 5e-5 without KL, seeds 0 and 1): the first build, and its rebuild of 2026-12-05
 NOKL_FIRST, NOKL_REBUILT = ("41493971afd9", "1d8cd7530f23"), ("ff2c4c2460c0", "a295c62daf24")
+#: the first RL runs (GRPO and Stratified GRPO, lr 1e-4 without KL, 10 steps, seed 0), and their rebuild of 2026-12-05
+FIRST_RL, FIRST_RL_REBUILT = ("749fe051261a", "2bceed0e40c3"), ("db0e4c6d16e6", "b49f83af050f")
 HOP3_START, HOP3_END = "0b593aac3452", "c210ddb37a42"
 MIX_START, MIX_END = "b30ed7c881c7", "2f4ff70e4eb9"  # the third hop's second try (fp32)
 #: the third hop's fourth try: SFT on the planning oracle's demonstrations (training seeds 0 and 1), then GRPO + KL
@@ -239,6 +241,15 @@ def rebuilt_runs() -> str:
             f"committed with their board rows, transcripts and search-dependence column\n"
             f"(`data/checkpoints/{{grpo,stratified}}-kl-smollm2-lora-searchqa-s{{0,1}}`): with no retrieval, a random passage or\n"
             f"another question's gold passage, each answers at most {ablated:.0f} of 200")
+
+
+def first_rl_rebuilt() -> str:
+    """The README's clause on the first RL runs rebuilt: their loss against the SFT start, and how many questions
+    keep the first build's outcome."""
+    lost = [(m(SFT_UNSEEN) - m(p)) * 100 for p in FIRST_RL_REBUILT]
+    kept = [sum(answers(f)[t][2] == answers(r)[t][2] for t in answers(f)) for f, r in zip(FIRST_RL, FIRST_RL_REBUILT)]
+    return (f"(rebuilt on 2026-12-05 from their recipes, they lose {lost[0]:.1f} and {lost[1]:.1f} points again, "
+            f"{kept[0]} and {kept[1]} of 200 questions keeping their first build's outcome; adapters committed)")
 
 
 def nokl_rebuilt() -> str:
@@ -311,6 +322,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                                  f"{(max(map(m, RL_UNSEEN)) - m(SFT_UNSEEN)) * 100:+.1f} points** per run"),
     ("RL runs rebuilt with their adapters", rebuilt_runs),
     ("the KL ablation rebuilt with its adapters", nokl_rebuilt),
+    ("the first RL runs rebuilt with their adapters", first_rl_rebuilt),
     ("RL runs on bundled questions", lambda: f"checkpoints score {min(map(m, RL_TEST)):.3f}-{max(map(m, RL_TEST)):.3f}"),
     ("2-hop EM before and after RL",
      lambda: f"(EM {em_by_hops(SFT_UNSEEN, 2):.2f} -> {min(em_by_hops(p, 2) for p in RL_UNSEEN):.2f}-"
