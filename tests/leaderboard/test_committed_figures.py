@@ -122,6 +122,16 @@ def test_the_hadw_rebuild_turns_the_rule_on_two_questions_of_one_seed():
     moved = {t: (a[t], b[t]) for t in a if a[t][1:] != b[t][1:]}
     assert sorted((x[1:], y[1:]) for x, y in moved.values()) == [((1, 1.0), (2, 0.0))] * 2, moved
 
+
+@pytest.mark.parametrize("folder", sorted(p.parent.name for p in ROOT.glob("studies/llm/*-rebuilt-*/comparison.json")))
+def test_a_rebuilt_study_says_it_is_a_reproduction_of_its_registered_study(folder):
+    """The registered rule's comparison.md in a rebuilt study's folder reads like a study of its own, and the HA-DW
+    rebuild's verdict differs from the registered one: the folder's README must say it is a reproduction and link
+    the registered study, whose verdict stands."""
+    registered = folder.split("-rebuilt-")[0]
+    readme = (ROOT / "studies" / "llm" / folder / "README.md").read_text(encoding="utf-8")
+    assert "a reproduction, not a second test" in readme and f"(../{registered}/comparison.md)" in readme
+
 # ---- the README's figures ---------------------------------------------------------------------------
 
 
