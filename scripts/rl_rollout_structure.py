@@ -8,7 +8,7 @@ another step of its group, and the share of steps GiGPO and HGPO K=2 give a nonz
 check measured this with scripted agents; this measures it with the model an RL run would start from,
 before any GPU run does (issue 48 item 3 asks how often GiGPO's anchor states occur on WebShop).
 
-Writes, per seed, ``OUT/sN.json`` (the table, the rollout's metrics, the times) and
+Writes, per seed, ``OUT/sN.md`` (the table, the rollout's metrics, the times) and
 ``OUT/sN.episodes.jsonl.gz`` (each episode's actions, validity, state hash and first context hashes: what
 the groups were counted from).
 
@@ -29,9 +29,21 @@ from pathlib import Path
 
 import torch
 
-from stratagym.studies.testbeds import context_check
+from stratagym.studies.testbeds import context_check, format_table
 from stratagym.training.config import load_recipe
 from stratagym.training.trainer import Trainer
+
+
+def render(summary: dict) -> str:
+    """The Markdown kept beside the episodes: the step-group table, then the rollout's metrics and times (the
+    docs' JSON files are eval records, checked as such, so this summary is not one)."""
+    lines = [format_table(f"{summary['recipe']}, seed {summary['seed']}: first rollout, no update",
+                          {f"seed {summary['seed']}": summary["context_check"]}), "",
+             f"Policy: `{json.dumps(summary['policy'], default=str)}`", "",
+             f"Trainer built in {summary['build_s']} s; rollout {summary['rollout_s']} s (one thread).", "",
+             "| rollout metric | value |", "|---|---|"]
+    lines += [f"| {k} | {v:.4g} |" for k, v in summary["rollout"].items()]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -56,7 +68,7 @@ def main() -> None:
     table = context_check(batch, levels=(0, 1, 2))
     summary = {"recipe": args.recipe, "seed": args.seed, "policy": recipe.policy, "build_s": round(built - started, 1),
                "rollout_s": round(done - built, 1), "rollout": batch.metrics(), "context_check": table}
-    (args.out / f"s{args.seed}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    (args.out / f"s{args.seed}.md").write_text(render(summary))
     with gzip.open(args.out / f"s{args.seed}.episodes.jsonl.gz", "wt") as f:
         for t in batch.trajectories:
             steps = [{"action": s.action, "valid": s.action_valid, "state_hash": s.state_hash, "context": s.context[:3]}
