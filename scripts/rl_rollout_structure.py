@@ -39,7 +39,7 @@ def render(summary: dict) -> str:
     docs' JSON files are eval records, checked as such, so this summary is not one)."""
     lines = [format_table(f"{summary['recipe']}, seed {summary['seed']}: first rollout, no update",
                           {f"seed {summary['seed']}": summary["context_check"]}), "",
-             f"Policy: `{json.dumps(summary['policy'], default=str)}`", "",
+             f"Policy: `{json.dumps(summary['policy'], default=str)}`; compute dtype {summary.get('dtype', 'not recorded')}", "",
              f"Trainer built in {summary['build_s']} s; rollout {summary['rollout_s']} s (one thread).", "",
              "| rollout metric | value |", "|---|---|"]
     lines += [f"| {k} | {v:.4g} |" for k, v in summary["rollout"].items()]
@@ -61,12 +61,13 @@ def main() -> None:
         trainer = Trainer(recipe)
         built = time.time()
         try:
+            dtype = str(next(trainer.policy.model.parameters()).dtype)  # what "auto" resolved to on this CPU
             batch = trainer.rollout()
         finally:
             trainer.close()
         done = time.time()
     table = context_check(batch, levels=(0, 1, 2))
-    summary = {"recipe": args.recipe, "seed": args.seed, "policy": recipe.policy, "build_s": round(built - started, 1),
+    summary = {"recipe": args.recipe, "seed": args.seed, "policy": recipe.policy, "dtype": dtype, "build_s": round(built - started, 1),
                "rollout_s": round(done - built, 1), "rollout": batch.metrics(), "context_check": table}
     (args.out / f"s{args.seed}.md").write_text(render(summary))
     with gzip.open(args.out / f"s{args.seed}.episodes.jsonl.gz", "wt") as f:

@@ -107,7 +107,6 @@ def test_every_llm_study_verdict_recomputes_from_its_records(study):
         assert verdict == h["verdict"], study
 
 
-
 def test_the_hadw_rebuild_turns_the_rule_on_two_questions_of_one_seed():
     """The README's reading of the HA-DW rebuild: the registered rule says "undecided" on the first build (seed 0 a
     tie) and "reproduced" on the rebuild, and all that moved is two 1-hop questions the rebuilt GRPO seed 0 lost
@@ -131,6 +130,7 @@ def test_a_rebuilt_study_says_it_is_a_reproduction_of_its_registered_study(folde
     registered = folder.split("-rebuilt-")[0]
     readme = (ROOT / "studies" / "llm" / folder / "README.md").read_text(encoding="utf-8")
     assert "a reproduction, not a second test" in readme and f"(../{registered}/comparison.md)" in readme
+
 
 # ---- the README's figures ---------------------------------------------------------------------------
 
@@ -257,7 +257,8 @@ def first_rl_rebuilt() -> str:
     """The README's clause on the first RL runs rebuilt: their loss against the SFT start, and how many questions
     keep the first build's outcome."""
     lost = [(m(SFT_UNSEEN) - m(p)) * 100 for p in FIRST_RL_REBUILT]
-    kept = [sum(answers(f)[t][2] == answers(r)[t][2] for t in answers(f)) for f, r in zip(FIRST_RL, FIRST_RL_REBUILT)]
+    pairs = [(answers(f), answers(r)) for f, r in zip(FIRST_RL, FIRST_RL_REBUILT)]
+    kept = [sum(a[t][2] == b[t][2] for t in a) for a, b in pairs]
     return (f"(rebuilt on 2026-12-05 from their recipes, they lose {lost[0]:.1f} and {lost[1]:.1f} points again, "
             f"{kept[0]} and {kept[1]} of 200 questions keeping their first build's outcome; adapters committed)")
 
