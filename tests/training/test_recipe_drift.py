@@ -202,6 +202,13 @@ VARIANTS = {
     # draws the LoRA initialisation and the batch order; the demonstrations and the pipeline are the base's)
     "sft-smollm2-lora-searchqa-plan-s1.yaml": ("sft-smollm2-lora-searchqa-plan.yaml",
                                                {"name", "sft.seed", "output_dir", "export"}),
+    # issue 48 item 3's other two WebShop RL arms: the estimator (and for HGPO K=2 the env's context_k, which moves
+    # no observation) alone differ from GiGPO's; each has its own advantages pinned (WEBSHOP_RL_ADVANTAGES)
+    "grpo-smollm2-lora-webshop.yaml": ("gigpo-smollm2-lora-webshop.yaml",
+                                       {"name", "algorithm.estimator", "algorithm.estimator_kwargs", "train.output_dir"}),
+    "hgpo2-smollm2-lora-webshop.yaml": ("gigpo-smollm2-lora-webshop.yaml",
+                                        {"name", "algorithm.estimator", "algorithm.estimator_kwargs", "env.kwargs",
+                                         "train.output_dir"}),
 }
 
 
@@ -317,3 +324,62 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
     if name not in RL_DRIFT:
         pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
     assert got == RL_DRIFT[name], f"recorded now: {json.dumps(got)}"
+
+
+# ---- the WebShop RL recipes (issue 48 item 3) ------------------------------------------------------------------
+
+#: GiGPO, GRPO and HGPO K=2 on WebShop differ only in how a step's advantage is computed, so one small rollout
+#: pins all three: the GiGPO recipe's first step from the 180-goal SFT adapter, 1 train goal x 4 copies,
+#: float32, 1 thread, episodes cut at 3 turns (the fewest in which a purchase fits: search, click, buy; one copy
+#: bought and earned 0.75). Its tokens, mean return and searches, then each recipe's advantage for every sample
+#: (3 decimals). The update is not run: a WebShop turn row is ~700 prompt tokens, and the step's update in float32
+#: would take minutes here; the SearchQA pins above cover the update path these recipes share. The rollout runs
+#: with the env's ``context_k`` at 2 (HGPO K=2's), which moves no observation and so no sample, only the context
+#: hashes HGPO reads (``context_k`` is fingerprint-neutral: stratagym/envs/fingerprint.py). Recorded 2026-12-05.
+WEBSHOP_RL_ROLLOUT = (568, 0.1875, 1.0)
+WEBSHOP_RL_ADVANTAGES: dict[str, list[float]] = {
+    "gigpo-smollm2-lora-webshop.yaml": [-0.357, -0.188, -0.375, -0.357, -0.188, -0.375, 1.07, 0.562, 1.125,
+                                        -0.357, -0.188, -0.375],
+    "grpo-smollm2-lora-webshop.yaml": [-0.5] * 6 + [1.5] * 3 + [-0.5] * 3,
+    # no advantage on the second turn, where GiGPO gives one: HGPO groups a step with those that share its last
+    # turns as well as its state, and averages over those groups only
+    "hgpo2-smollm2-lora-webshop.yaml": [-0.577, 0.0, -0.577, -0.577, 0.0, -0.577, 1.732, 0.0, 1.732, -0.577, 0.0,
+                                        -0.577],
+}
+
+
+@pytest.mark.slow
+def test_webshop_rl_recipes_first_rollout_gives_its_recorded_advantages(tmp_path, smollm2_model):
+    import torch
+
+    from stratagym.training.config import load_recipe, read_yaml_mapping
+    from stratagym.training.distributed import estimate_advantages
+    from stratagym.training.rollout import shape_rewards, to_advantage_batch
+    from stratagym.training.trainer import Trainer
+    from tests.helpers import adapter_on_base
+
+    names = sorted(WEBSHOP_RL_ADVANTAGES)
+    first = REPO / "recipes" / "cpu" / "gigpo-smollm2-lora-webshop.yaml"
+    start = adapter_on_base(REPO / read_yaml_mapping(first)["policy"]["model"], smollm2_model, tmp_path)
+    over = {**RL_SMALL, "env.kwargs.max_steps": 3, "env.kwargs.context_k": 2, "train.output_dir": str(tmp_path / "run"),
+            "policy.model": str(start)}
+    recipes = {n: load_recipe(REPO / "recipes" / "cpu" / n, over) for n in names}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    trainer = Trainer(recipes["gigpo-smollm2-lora-webshop.yaml"])
+    try:
+        batch = trainer.rollout()
+    finally:
+        trainer.close()
+        torch.set_num_threads(threads)
+    m = batch.metrics()
+    got_rollout = (int(m["rollout/tokens"]), _sig(m["rollout/return"]), _sig(m["rollout/search_count"]))
+    penalties = {r.algorithm.invalid_action_penalty for r in recipes.values()}
+    assert len(penalties) == 1  # the reward is shaped once for all three
+    shape_rewards(batch, invalid_action_penalty=penalties.pop())
+    got = {}
+    for name, recipe in recipes.items():
+        estimator = recipe.validate_and_build().estimator
+        rows, sample_row, _ = to_advantage_batch(batch, estimator.level)
+        got[name] = [round(float(a), 3) for a in estimate_advantages(estimator, rows)[sample_row]]
+    assert (got_rollout, got) == (WEBSHOP_RL_ROLLOUT, WEBSHOP_RL_ADVANTAGES), f"recorded now: {json.dumps([got_rollout, got])}"
