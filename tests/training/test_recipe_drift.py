@@ -341,8 +341,8 @@ WEBSHOP_RL_ADVANTAGES: dict[str, list[float]] = {
     "gigpo-smollm2-lora-webshop.yaml": [-0.357, -0.188, -0.375, -0.357, -0.188, -0.375, 1.07, 0.562, 1.125,
                                         -0.357, -0.188, -0.375],
     "grpo-smollm2-lora-webshop.yaml": [-0.5] * 6 + [1.5] * 3 + [-0.5] * 3,
-    # no advantage on the second turn, where GiGPO gives one: HGPO groups a step with those that share its last
-    # turns as well as its state, and averages over those groups only
+    # the second turn (each copy's own results page: their queries differed) is in no step group of two or more:
+    # GiGPO gives it the episode's advantage alone (its step term is 0 there), HGPO, with no episode level, none
     "hgpo2-smollm2-lora-webshop.yaml": [-0.577, 0.0, -0.577, -0.577, 0.0, -0.577, 1.732, 0.0, 1.732, -0.577, 0.0,
                                         -0.577],
 }
