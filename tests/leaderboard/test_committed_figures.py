@@ -32,8 +32,16 @@ from stratagym.eval.stats import proportion
 from stratagym.paths import slug
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _is_record(path: Path) -> bool:
+    """docs/ holds other JSON too (benchmark outputs): an eval record is one that says so, by its schema."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith("stratagym.result/")
+
+
 RECORD_FILES = sorted([*ROOT.glob("leaderboard/records/*.json"), *ROOT.glob("studies/**/records/*.json"),
-                       *[p for p in ROOT.glob("docs/**/*.json") if "precision" not in p.parts]])
+                       *filter(_is_record, ROOT.glob("docs/**/*.json"))])
 
 
 def _load(path: Path) -> dict[str, Any]:
