@@ -110,7 +110,14 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from stratagym.leaderboard.render import render_board
         from stratagym.leaderboard.store import Leaderboard
 
-        paths = render_board(Leaderboard(board), out_dir, plots=plots)
+        store = Leaderboard(board)
+        committed = sorted((out_dir / "records").glob("*.json"))
+        if len(store) == 0 and committed:  # a clone's default store is empty: it would blank the committed board
+            raise UserError(f"the board {store!r} holds no record, and {esc(out_dir)} holds {len(committed)} record files: "
+                            f"rendering would replace their LEADERBOARD.md and index.html with an empty board. To "
+                            f"regenerate the board from those records run `stratagym leaderboard rebuild`; or name a "
+                            f"board that holds records with --board")
+        paths = render_board(store, out_dir, plots=plots)
         Console(soft_wrap=True).print(f"wrote {esc(paths['markdown'])} and {esc(paths['html'])}" + (f" (+{len(paths) - 2} plots)" if len(paths) > 2 else ""))
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
+from stratagym.errors import UserError
 from stratagym.eval.records import finalize_record
 from stratagym.leaderboard.store import Leaderboard, SubmissionError
 from lb_helpers import ENV, make_record
@@ -114,3 +116,11 @@ def test_leaderboard_cli_submit_show_render(tmp_path):
     md = (out / "LEADERBOARD.md").read_text()
     assert md.index("| 1 | beta") < md.index("| 2 | alpha")
     assert (out / "index.html").exists() and list((out / "plots").glob("*.png"))
+    # an empty store (a clone's default board.db) never blanks a folder of committed records' board
+    (out / "records").mkdir()
+    (out / "records" / "alpha.json").write_text(Path(files[0]).read_text())
+    before = (out / "LEADERBOARD.md").read_text()
+    res = runner.invoke(app, ["leaderboard", "render", "--board", str(tmp_path / "empty.db"), "--out-dir", str(out)])
+    # a UserError: the console script prints it as `error: ...` with exit code 2 (stratagym.cli.main)
+    assert isinstance(res.exception, UserError) and "stratagym leaderboard rebuild" in str(res.exception), res.output
+    assert (out / "LEADERBOARD.md").read_text() == before
