@@ -331,6 +331,27 @@ def smollm2_search_dependence() -> str:
     return f"({len(rows)} SmolLM2 rows, RL adapters included: at most {kept:.0f} of 200 answers survive any ablation)"
 
 
+
+#: the 180-goal WebShop SFT adapter's row and the GiGPO runs from it (issue 48 item 3), seeds 0 and 1
+WEBSHOP_SFT180, WEBSHOP_GIGPO = "3930915f749e", ("86db11403b92", "2c7af007b57d")
+
+
+def webshop_rl() -> str:
+    """The README's WebShop RL figures: each GiGPO adapter's score and success, and `stratagym leaderboard
+    compare`'s readings against the SFT adapter (over the goals, the runs held fixed; and over the two runs)."""
+    from stratagym.leaderboard.compare import compare_metric
+
+    pairs = [(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_GIGPO]
+    score, won = compare_metric(pairs, "score"), compare_metric(pairs, "won")
+    pooled, runs = score.pooled, score.run_level["seed_diff"]
+    return ("GiGPO seeds 0 and 1 score {} after 10 steps, success {}: {:+.1f} points [{:+.1f}, {:+.1f}] over the\n"
+            "100 goals (the two adapters held fixed), {:+.1f} [{:+.1f}, {:+.1f}] over the two runs, success {:+.2f}").format(
+        " and ".join(f"{m(p, 'score') * 100:.1f}" for p in WEBSHOP_GIGPO),
+        " and ".join(f"{m(p, 'success'):.2f}" for p in WEBSHOP_GIGPO),
+        *(100 * x for x in (pooled.diff, pooled.ci_low, pooled.ci_high, runs["mean"], runs["ci_low"], runs["ci_high"])),
+        won.pooled.diff)
+
+
 #: README text -> how it is written from committed records.
 CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("SFT on unseen and bundled questions",
@@ -380,6 +401,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
         ci('3930915f749e', 'score', '.1f', 100.0), ci('3930915f749e', 'success', '.2f'),
         100 * m('3930915f749e', 'score') / m('036d0a6bb691', 'score'))),
     ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
+    ("WebShop RL, GiGPO", webshop_rl),
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
              f"random {m('4a7cbe79c8aa', 'score') * 100:.1f}"),
