@@ -13,7 +13,9 @@ in the commit that makes it, with the reason.
 Each RL recipe behind a committed RL adapter is pinned the same way (:data:`RL_DRIFT`): its first step, run
 small from the committed adapter it starts from (1 task, 4 copies, float32, 1 thread), with what that step
 sampled (tokens, return, searches) and computed (loss, gradient norm, how far the LoRA weights moved). A
-change in sampling, the env, the prompt, the estimator, the loss or the optimizer moves one of them.
+change in sampling, the env, the prompt, the estimator, the loss or the optimizer moves one of them. The WebShop
+RL recipes share one small rollout and pin each recipe's advantages (:data:`WEBSHOP_RL_ADVANTAGES`), and a last
+test checks that every adapter in ``data/checkpoints`` was built by a recipe pinned here.
 """
 
 from __future__ import annotations
@@ -269,6 +271,12 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml": (276, 0.5, 1.5, -0.1883, 0.07151, 0.06748),
     # issue 48 item 8: GRPO + KL from the planning-oracle SFT adapter, recorded 2026-12-05
     "grpo-smollm2-lora-kl-searchqa-plan.yaml": (282, 0.75, 1.75, -0.1596, 0.1113, 0.06755),
+    # the first SmolLM2 RL recipes (lr 1e-4, no KL), behind the first runs' adapters and the hops studies' nine,
+    # recorded 2026-12-05. Without the KL term they sample as the KL ablation above (same tokens, loss and gradient
+    # for GRPO); twice its learning rate moves the weights twice as far in Adam's first step
+    "grpo-smollm2-lora-searchqa.yaml": (276, 0.5, 1.5, -0.1883, 0.07151, 0.135),
+    "stratified-smollm2-lora-searchqa.yaml": (276, 0.5, 1.5, -0.08696, 0.03303, 0.1343),
+    "grpo-smollm2-lora-searchqa.yaml, hadw-smollm2-hops's GRPO + HA-DW arm": (276, 0.5, 1.5, -0.2447, 0.09296, 0.1351),
 }
 # The program recipe (the openai-SDK program through the gateway) runs its small step with
 # rollout.batch_invariant (RL_EXTRA). Without it, 5 of 6 runs of this step (seeded sessions, 2026-12-03) drew
@@ -283,6 +291,13 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
 #: so it samples a group of 2 rather than 4
 RL_EXTRA: dict[str, dict] = {"grpo-smollm2-lora-kl-searchqa-program.yaml": {"rollout.batch_invariant": True,
                                                                             "rollout.group_size": 2}}
+
+#: a study arm that is its study's recipe with an override (suites/studies/llm/*.yaml ``arms``), pinned like a recipe:
+#: name -> (the recipe, the arm's overrides). The HA-DW study's GRPO + HA-DW arm built three committed adapters
+#: (data/checkpoints/study-hops-hadw-*); its GRPO arm is grpo-smollm2-lora-searchqa.yaml as it stands, and the
+#: Stratified study's arm is stratified-smollm2-lora-searchqa.yaml's estimator (both pinned above)
+HADW_ARM = "grpo-smollm2-lora-searchqa.yaml, hadw-smollm2-hops's GRPO + HA-DW arm"
+STUDY_ARMS: dict[str, tuple[str, dict]] = {HADW_ARM: ("grpo-smollm2-lora-searchqa.yaml", {"algorithm.estimator": "grpo+hadw"})}
 
 RL_SMALL = {"rollout.group_size": 4, "rollout.tasks_per_step": 1, "train.total_steps": 1, "train.save_every": 0,
             "train.eval_every": 0, "train.progress": False, "train.tensorboard": False, "policy.dtype": "float32"}
@@ -301,7 +316,9 @@ def _lora_weights(model) -> dict:
                                   "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml", "hop3-grpo-smollm2-lora-searchqa.yaml",
                                   "hops-stratified-fp32-smollm2-lora-searchqa.yaml", "stratified-smollm2-lora-kl-searchqa-tools.yaml",
                                   "grpo-smollm2-lora-kl-searchqa-program.yaml", "stratified-smollm2-lora-kl-searchqa.yaml",
-                                  "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml", "grpo-smollm2-lora-kl-searchqa-plan.yaml"])
+                                  "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml", "grpo-smollm2-lora-kl-searchqa-plan.yaml",
+                                  "grpo-smollm2-lora-searchqa.yaml", "stratified-smollm2-lora-searchqa.yaml",
+                                  HADW_ARM])
 def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2_model, worlds):
     import torch
 
@@ -309,10 +326,11 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
     from stratagym.training.trainer import Trainer
     from tests.helpers import adapter_on_base
 
-    path = tmp_path / name
-    path.write_text((REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds)))
+    source, arm = STUDY_ARMS.get(name, (name, {}))
+    path = tmp_path / source
+    path.write_text((REPO / "recipes" / "cpu" / source).read_text().replace("runs/search_qa_worlds/multi13", str(worlds)))
     start = adapter_on_base(REPO / read_yaml_mapping(path)["policy"]["model"], smollm2_model, tmp_path)
-    recipe = load_recipe(path, {**RL_SMALL, **RL_EXTRA.get(name, {}), "train.output_dir": str(tmp_path / "run"),
+    recipe = load_recipe(path, {**RL_SMALL, **RL_EXTRA.get(name, {}), **arm, "train.output_dir": str(tmp_path / "run"),
                                 "policy.model": str(start)})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -388,3 +406,63 @@ def test_webshop_rl_recipes_first_rollout_gives_its_recorded_advantages(tmp_path
         rows, sample_row, _ = to_advantage_batch(batch, estimator.level)
         got[name] = [round(float(a), 3) for a in estimate_advantages(estimator, rows)[sample_row]]
     assert (got_rollout, got) == (WEBSHOP_RL_ROLLOUT, WEBSHOP_RL_ADVANTAGES), f"recorded now: {json.dumps([got_rollout, got])}"
+
+
+# ---- every committed adapter's recipe is pinned ------------------------------------------------------------------
+
+#: the committed RL adapters (data/checkpoints) -> the recipe (or study arm) that built them. An RL export does not
+#: name its recipe (an SFT export does, in sft_meta.json), so each is listed here; a new adapter without an entry fails
+RL_ADAPTERS: dict[str, str] = {
+    "gigpo-smollm2-lora-webshop-s0": "gigpo-smollm2-lora-webshop.yaml",
+    "gigpo-smollm2-lora-webshop-s1": "gigpo-smollm2-lora-webshop.yaml",
+    "grpo-kl-smollm2-lora-searchqa-s0": "grpo-smollm2-lora-kl-searchqa.yaml",
+    "grpo-kl-smollm2-lora-searchqa-s1": "grpo-smollm2-lora-kl-searchqa.yaml",
+    "grpo-kl-smollm2-lora-searchqa-bf16-s0": "grpo-smollm2-lora-kl-searchqa-bf16.yaml",
+    "grpo-kl-smollm2-lora-searchqa-plan-s0": "grpo-smollm2-lora-kl-searchqa-plan.yaml",
+    "grpo-kl-smollm2-lora-searchqa-program-qwen25-s0": "grpo-smollm2-lora-kl-searchqa-program.yaml",
+    "grpo-kl-smollm2-lora-searchqa-tools-bf16-s0": "grpo-smollm2-lora-kl-searchqa-tools.yaml",
+    "grpo-kl-smollm2-lora-searchqa-tools-qwen25-s0": "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml",
+    "grpo-nokl-lr5e-5-smollm2-lora-searchqa-s0": "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml",
+    "grpo-nokl-lr5e-5-smollm2-lora-searchqa-s1": "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml",
+    "grpo-smollm2-lora-searchqa": "grpo-smollm2-lora-searchqa.yaml",
+    "hop3-grpo-smollm2-lora-searchqa-bf16-s0": "hop3-grpo-smollm2-lora-searchqa.yaml",
+    "hops-stratified-fp32-smollm2-lora-searchqa-s0": "hops-stratified-fp32-smollm2-lora-searchqa.yaml",
+    "stratified-kl-smollm2-lora-searchqa-s0": "stratified-smollm2-lora-kl-searchqa.yaml",
+    "stratified-kl-smollm2-lora-searchqa-s1": "stratified-smollm2-lora-kl-searchqa.yaml",
+    "stratified-kl-smollm2-lora-searchqa-tools-bf16-s0": "stratified-smollm2-lora-kl-searchqa-tools.yaml",
+    "stratified-smollm2-lora-searchqa": "stratified-smollm2-lora-searchqa.yaml",
+    **{f"study-hops-grpo-smollm2-lora-searchqa-s{s}": "grpo-smollm2-lora-searchqa.yaml" for s in range(3)},
+    **{f"study-hops-stratified-smollm2-lora-searchqa-s{s}": "stratified-smollm2-lora-searchqa.yaml" for s in range(3)},
+    **{f"study-hops-hadw-smollm2-lora-searchqa-s{s}": HADW_ARM for s in range(3)},
+}
+
+
+def _recipe_named(name: str) -> str:
+    """The recipe file (relative to recipes/cpu, or gpu/...) whose ``name:`` is ``name``."""
+    import yaml
+
+    found = [str(p.relative_to(REPO / "recipes" / "cpu")) if p.parent.name == "cpu" else f"gpu/{p.name}"
+             for p in sorted((REPO / "recipes").glob("*/*.yaml")) if yaml.safe_load(p.read_text()).get("name") == name]
+    assert len(found) == 1, f"{len(found)} recipe files are named {name!r}: {found}"
+    return found[0]
+
+
+def test_every_committed_adapter_was_built_by_a_pinned_recipe():
+    """Issue 50 item 4: each recipe behind a committed checkpoint has a drift pin, its own or (a variant) its base's."""
+    pinned = set(DRIFT) | set(RL_DRIFT) | set(WEBSHOP_RL_ADVANTAGES)
+    unpinned = []
+    for folder in sorted(p for p in (REPO / "data" / "checkpoints").iterdir() if p.is_dir()):
+        meta = folder / "sft_meta.json"
+        if meta.exists():
+            recipe = _recipe_named(json.loads(meta.read_text())["recipe"]["name"])
+        else:
+            assert folder.name in RL_ADAPTERS, f"{folder.name}: name the recipe that built it in RL_ADAPTERS"
+            recipe = RL_ADAPTERS[folder.name]
+        seen = {recipe}
+        while recipe not in pinned and recipe in VARIANTS:  # a variant is covered by its base's pin
+            recipe = VARIANTS[recipe][0]
+            assert recipe not in seen
+            seen.add(recipe)
+        if recipe not in pinned:
+            unpinned.append(f"{folder.name} ({recipe})")
+    assert not unpinned, f"committed adapters whose recipe has no drift pin: {unpinned}"
