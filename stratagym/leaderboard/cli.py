@@ -111,7 +111,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from stratagym.leaderboard.store import Leaderboard
 
         store = Leaderboard(board)
-        committed = sorted((out_dir / "records").glob("*.json"))
+        committed = list((out_dir / "records").glob("*.json"))
         if len(store) == 0 and committed:  # a clone's default store is empty: it would blank the committed board
             raise UserError(f"the board {store!r} holds no record, and {esc(out_dir)} holds {len(committed)} record files: "
                             f"rendering would replace their LEADERBOARD.md and index.html with an empty board. To "

@@ -331,7 +331,6 @@ def smollm2_search_dependence() -> str:
     return f"({len(rows)} SmolLM2 rows, RL adapters included: at most {kept:.0f} of 200 answers survive any ablation)"
 
 
-
 #: the 180-goal WebShop SFT adapter's row and the GiGPO runs from it (issue 48 item 3), seeds 0 and 1
 WEBSHOP_SFT180, WEBSHOP_GIGPO = "3930915f749e", ("86db11403b92", "2c7af007b57d")
 

@@ -437,24 +437,29 @@ RL_ADAPTERS: dict[str, str] = {
 }
 
 
-def _recipe_named(name: str) -> str:
-    """The recipe file (relative to recipes/cpu, or gpu/...) whose ``name:`` is ``name``."""
+def _recipes_by_name() -> dict[str, list[str]]:
+    """Each recipe ``name:`` -> the files (relative to recipes/cpu, or gpu/...) that carry it."""
     import yaml
 
-    found = [str(p.relative_to(REPO / "recipes" / "cpu")) if p.parent.name == "cpu" else f"gpu/{p.name}"
-             for p in sorted((REPO / "recipes").glob("*/*.yaml")) if yaml.safe_load(p.read_text()).get("name") == name]
-    assert len(found) == 1, f"{len(found)} recipe files are named {name!r}: {found}"
-    return found[0]
+    found: dict[str, list[str]] = {}
+    for p in sorted((REPO / "recipes").glob("*/*.yaml")):
+        key = p.name if p.parent.name == "cpu" else f"{p.parent.name}/{p.name}"
+        found.setdefault(yaml.safe_load(p.read_text())["name"], []).append(key)
+    return found
 
 
 def test_every_committed_adapter_was_built_by_a_pinned_recipe():
     """Issue 50 item 4: each recipe behind a committed checkpoint has a drift pin, its own or (a variant) its base's."""
     pinned = set(DRIFT) | set(RL_DRIFT) | set(WEBSHOP_RL_ADVANTAGES)
+    by_name = _recipes_by_name()
     unpinned = []
     for folder in sorted(p for p in (REPO / "data" / "checkpoints").iterdir() if p.is_dir()):
         meta = folder / "sft_meta.json"
         if meta.exists():
-            recipe = _recipe_named(json.loads(meta.read_text())["recipe"]["name"])
+            name = json.loads(meta.read_text())["recipe"]["name"]
+            files = by_name.get(name, [])
+            assert len(files) == 1, f"{folder.name}: {len(files)} recipe files are named {name!r}: {files}"
+            recipe = files[0]
         else:
             assert folder.name in RL_ADAPTERS, f"{folder.name}: name the recipe that built it in RL_ADAPTERS"
             recipe = RL_ADAPTERS[folder.name]
