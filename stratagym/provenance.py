@@ -84,11 +84,12 @@ def data_digests(data_kwargs: Mapping[str, Any], split: str | None) -> dict[str,
 
 def training_set(*, stage: str, env_id: str, split: str | None, task_ids: Iterable[str],
                  data_kwargs: Mapping[str, Any] | None = None, demos_sha256: str | None = None,
-                 note: str | None = None) -> dict[str, Any]:
+                 note: str | None = None, recipe: str | None = None) -> dict[str, Any]:
     """One stage's training set. ``task_ids`` are the tasks the model was shown (deduplicated and sorted
     here); ``data_kwargs`` the env kwargs that say where the data lives (the spec's ``data_kwargs``:
     ``dataset``, ``corpus``...), kept as given so the set can be loaded again, and hashed
-    (:func:`data_digests`) so a changed file is seen; ``demos_sha256`` the SFT demonstration file's digest."""
+    (:func:`data_digests`) so a changed file is seen; ``demos_sha256`` the SFT demonstration file's digest;
+    ``recipe`` the ``name:`` of the recipe that ran the stage (an RL export names its recipe nowhere else)."""
     if stage not in ("sft", "rl"):
         raise ValueError(f"stage must be 'sft' or 'rl', got {stage!r}")
     ids = sorted({str(t) for t in task_ids})
@@ -100,6 +101,8 @@ def training_set(*, stage: str, env_id: str, split: str | None, task_ids: Iterab
         out["demos_sha256"] = demos_sha256
     if note:
         out["note"] = note
+    if recipe:
+        out["recipe"] = recipe
     return out
 
 

@@ -385,7 +385,7 @@ def sft_provenance(recipe: SFTRecipe, records: Sequence[dict[str, Any]], demos_s
 
     return inherited_stages(recipe.model.get("path")) + [
         training_set_of("sft", recipe.env.id, recipe.env.kwargs, sp, [r["task_id"] for r in records if split_of(r) == sp],
-                        demos_sha256=demos_sha256) for sp in sorted({split_of(r) for r in records})]
+                        demos_sha256=demos_sha256, recipe=recipe.name) for sp in sorted({split_of(r) for r in records})]
 
 
 def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, echo: Any = print) -> dict[str, Any]:

@@ -300,7 +300,8 @@ class Trainer(TrainerUpdate):
         """The policy's training sets: those of the checkpoint it started from, then the tasks this run drew."""
         env = self.config.env
         return inherited_stages(self.config.policy.get("model")) + [
-            training_set_of("rl", env.id, dict(env.kwargs), env.kwargs.get("split"), self._trained_tasks)]
+            training_set_of("rl", env.id, dict(env.kwargs), env.kwargs.get("split"), self._trained_tasks,
+                            recipe=self.config.name)]
 
     # ---- one step ------------------------------------------------------------------------------------------
     def _sample_tasks(self) -> tuple[list[str], list[int]]:

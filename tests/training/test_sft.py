@@ -145,6 +145,8 @@ def test_export_loads_in_policy_trainer_and_eval(trained):
     rl_sets = read_provenance(tmp / "rl" / "checkpoints" / "step-00000001" / "policy")["training_sets"]
     assert rl_sets[:-1] == sft_sets and rl_sets[-1]["stage"] == "rl" and rl_sets[-1]["split"] == "train"
     assert len(rl_sets[-1]["task_ids"]) == 1 and rl_sets[-1]["task_ids"][0].startswith("sqa-train-")
+    # each stage names the recipe that ran it (an RL export names it nowhere else)
+    assert rl_sets[-1]["recipe"] == "rl" and {s["recipe"] for s in sft_sets} == {"sft-test"}
     from stratagym.training.sft import evaluate_checkpoint
 
     ev = evaluate_checkpoint(export, ENV, {**KW, "split": "test"}, n=2, batch_size=2)
