@@ -220,15 +220,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             episodes = rec["episodes"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{record} is not a readable eval record ({exc}); pass the JSON file `stratagym eval -o` wrote") from exc
-        source = transcripts or progress_path(record)
-        if transcripts is None and not source.is_file() and isinstance(rec.get("transcripts"), dict):
-            # a committed board record: its turns are in the archive it names, checked against it
-            from stratagym.eval.transcript_archive import archive_name, check_archive
+        if transcripts is not None:
+            source, (_, found) = transcripts, read_transcripts(transcripts)
+        else:  # the eval's progress file, else (a committed board record) the archive it names
+            from stratagym.eval.transcript_archive import record_transcripts
 
-            found = check_archive(rec, archives)
-            source = archives / archive_name(str(rec["transcripts"].get("sha256")))
-        else:
-            _, found = read_transcripts(source)
+            found, source = record_transcripts(rec, progress_path(record), archives)
         report = failure_report(episodes, found, window=window, max_distinct=max_distinct)
         console = Console(soft_wrap=True)
         print_table(console, f"where {len(episodes)} episodes end ({report.total - report.without_transcript} with transcripts)",

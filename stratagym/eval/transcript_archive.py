@@ -37,10 +37,10 @@ from typing import Any, Iterable, Mapping
 
 from stratagym.atomic import atomic_write
 from stratagym.errors import UserError
-from stratagym.eval.transcripts import Transcript, episodes_by_key
+from stratagym.eval.transcripts import Transcript, episodes_by_key, read_transcripts
 
 __all__ = ["ARCHIVE_SCHEMA", "DEFAULT_BUDGET_BYTES", "ArchiveError", "build_archive", "write_archive",
-           "read_archive", "check_archive", "archived_transcripts", "archive_name"]
+           "read_archive", "check_archive", "archived_transcripts", "archive_name", "record_transcripts"]
 
 ARCHIVE_SCHEMA = "stratagym.transcripts/1"
 #: Compressed bytes one record's archive may take (2 MB: 500 SearchQA episodes of an LLM take ~0.1 MB).
@@ -183,3 +183,15 @@ def archived_transcripts(records: Iterable[Mapping[str, Any]],
     ``folder``, each checked by :func:`check_archive` (a bad archive raises: a site never shows a transcript
     that does not belong to its row)."""
     return {str(r["record_id"]): check_archive(r, folder) for r in records if isinstance(r.get("transcripts"), Mapping)}
+
+
+def record_transcripts(record: Mapping[str, Any], progress: str | os.PathLike[str] | None,
+                       archives: str | os.PathLike[str]) -> tuple[dict[tuple[int, str], Transcript], Path | None]:
+    """An eval record's transcripts and the file they came from: its progress file where that file is there
+    (the eval's own, beside a fresh record), else the committed archive the record names in ``archives``
+    (checked by :func:`check_archive`: a board record on a clone). A record with neither has none ({})."""
+    if progress is not None and Path(progress).is_file():
+        return read_transcripts(progress)[1], Path(progress)
+    if isinstance(record.get("transcripts"), Mapping):
+        return check_archive(record, archives), Path(archives) / archive_name(str(record["transcripts"].get("sha256")))
+    return {}, None if progress is None else Path(progress)

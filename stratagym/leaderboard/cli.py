@@ -287,6 +287,11 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         metric: list[str] = typer.Option(list(COMPARE_METRICS), "--metric", "-m", help="Per-episode outcome to pair (repeat; default score and won; em for SearchQA)."),
         across_protocols: bool = typer.Option(False, "--across-protocols", help="Pair records evaluated under different protocols (dtype, kwargs) and print the differences."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the comparison as JSON here."),
+        changes: bool = typer.Option(False, "--changes", help="Then list each episode whose outcome on the first metric "
+                                     "moved, with the actions both records took (their progress files, else the "
+                                     "committed transcript archives)."),
+        archives: Path = typer.Option(Path("leaderboard") / "transcripts", "--archives",
+                                      help="Folder of committed transcript archives (for --changes)."),
         board: Optional[str] = typer.Option(None, "--board", help=_BOARD_HELP),
     ) -> None:
         """Paired difference of each record from its baseline on the same tasks (unit: the task), and with
@@ -305,9 +310,32 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         for res in results:
             for line in report_lines(res):
                 console.print(line, markup=False, highlight=False)
+        if changes:
+            _print_changes(console, pair_baselines(base, records), pairs, metric[0], archives)
         if json_out is not None:
             write_json_atomic(json_out, {"protocol_differences": differences, "metrics": [r.to_dict() for r in results]})
             console.print(f"wrote {esc(json_out)}")
+
+
+def _print_changes(console: object, refs: list[tuple[str, str]], pairs: list, metric: str, archives: Path) -> None:
+    """``compare --changes``: each pair's moved episodes with both action sequences. A record given as a file
+    reads its eval's progress file when it is there, else (like a record id) the archive it names."""
+    from stratagym.eval.harness import progress_path  # lazy: the harness loads torch, only for --changes
+    from stratagym.eval.transcript_archive import ArchiveError, record_transcripts
+    from stratagym.leaderboard.compare import change_lines
+
+    def transcripts(ref: str, record: dict) -> dict:
+        progress = progress_path(ref) if Path(ref).is_file() else None  # else a record id on the board
+        try:
+            return record_transcripts(record, progress, archives)[0]
+        except ArchiveError as exc:
+            console.print(f"no transcripts for {esc(ref)}: {esc(exc)}")
+            return {}
+
+    for (base_ref, new_ref), (base, new) in zip(refs, pairs):
+        lines = change_lines(base, new, metric, transcripts(base_ref, base), transcripts(new_ref, new))
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
 
 
 def _same_evaluation(record: dict, rerun: dict) -> bool:

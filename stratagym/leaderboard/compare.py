@@ -18,7 +18,7 @@ for, and the protocol differences are then printed with the result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from stratagym.errors import UserError
 from stratagym.eval.paired import PairedComparison, PairedError, compare, compare_seeds, outcomes_by_task
@@ -26,7 +26,10 @@ from stratagym.eval.run_level import format_interval, is_binary, paired_matrices
 from stratagym.leaderboard.protocols import compare_records
 
 __all__ = ["MetricComparison", "CompareError", "pair_baselines", "protocol_differences", "compare_metric",
-           "report_lines"]
+           "report_lines", "changed_episodes", "change_lines"]
+
+
+T = TypeVar("T")
 
 
 class CompareError(UserError, ValueError):
@@ -59,8 +62,9 @@ class MetricComparison:
                 "run_level": self.run_level}
 
 
-def pair_baselines(bases: Sequence[Mapping[str, Any]], news: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    """``(baseline, new)`` pairs: one baseline for every new record, or one each, in order."""
+def pair_baselines(bases: Sequence[T], news: Sequence[T]) -> list[tuple[T, T]]:
+    """``(baseline, new)`` pairs: one baseline for every new record, or one each, in order (records, or the
+    names they were given by)."""
     if not news:
         raise CompareError("give at least one record to compare with the baseline")
     if len(bases) == 1:
@@ -137,4 +141,43 @@ def report_lines(result: MetricComparison) -> list[str]:
         iqm = "" if result.binary else f"; IQM baseline {format_interval(r['base_iqm'], '.3f')}, new {format_interval(r['new_iqm'], '.3f')}"
         lines.append(f"  stratified bootstrap over runs within tasks (rliable): difference {format_interval(r['diff_mean'])}, "
                      f"P(new > baseline) {format_interval(r['p_improvement'], '.2f')}{iqm}")
+    return lines
+
+
+def changed_episodes(base: Mapping[str, Any], new: Mapping[str, Any], metric: str) -> list[tuple[str, int, float, float]]:
+    """The episodes both records played (same task and episode seed) whose ``metric`` differs, in the
+    baseline's episode order: ``(task_id, seed, baseline value, new value)``."""
+    try:
+        b, n = outcomes_by_task(base, metric, by_seed=True), outcomes_by_task(new, metric, by_seed=True)
+    except PairedError as exc:
+        raise CompareError(str(exc)) from None
+    out = []
+    for ep in base.get("episodes", []):
+        task, seed = str(ep["task_id"]), int(ep.get("seed", 0))
+        key = f"{task}#{seed}"
+        if key in b and key in n and b[key] != n[key]:
+            out.append((task, seed, b[key], n[key]))
+    return out
+
+
+def change_lines(base: Mapping[str, Any], new: Mapping[str, Any], metric: str,
+                 base_transcripts: Mapping[tuple[int, str], Any], new_transcripts: Mapping[tuple[int, str], Any], *,
+                 max_actions: int = 20) -> list[str]:
+    """What changed, episode by episode: each episode whose ``metric`` moved, with the actions the baseline
+    and the new record took (from their transcripts; at most ``max_actions`` each). The evidence behind a
+    paired difference, readable without the runs."""
+    def actions(transcripts: Mapping[tuple[int, str], Any], seed: int, task: str) -> str:
+        t = transcripts.get((seed, task))
+        if not t:
+            return "(no transcript)"
+        acts = [str(s.get("action")) for s in t.get("steps", [])]
+        more = f" ... (+{len(acts) - max_actions} more)" if len(acts) > max_actions else ""
+        return " | ".join(acts[:max_actions]) + more
+
+    moved = changed_episodes(base, new, metric)
+    lines = [f"{metric}: the {len(moved)} episode(s) of {_label(new)} whose outcome differs from {_label(base)}'s"]
+    for task, seed, b, n in moved:
+        lines += [f"  {task} (seed {seed}): {b:.3f} -> {n:.3f}",
+                  f"    baseline: {actions(base_transcripts, seed, task)}",
+                  f"    new:      {actions(new_transcripts, seed, task)}"]
     return lines

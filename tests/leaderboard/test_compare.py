@@ -122,3 +122,34 @@ def test_the_command_prints_both_units_writes_json_and_fails_cleanly(tmp_path):
                           "--base", str(tmp_path / "nope.json")], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stdout + bad.stderr
     assert "no result record" in bad.stdout + bad.stderr
+
+
+def test_changed_episodes_are_those_whose_outcome_moved_in_the_baselines_order():
+    from stratagym.leaderboard.compare import changed_episodes
+
+    sft, rl1 = make_record("sft", SFT), make_record("rl1", RL_1)
+    tasks = [e["task_id"] for e in sft["episodes"]]
+    # RL_1 wins tasks 1 and 2 that SFT lost and loses task 0 that SFT won (the module's table)
+    assert changed_episodes(sft, rl1, "won") == [(tasks[0], 0, 1.0, 0.0), (tasks[1], 0, 0.0, 1.0), (tasks[2], 0, 0.0, 1.0)]
+    assert changed_episodes(sft, sft, "won") == []
+
+
+def test_changes_lists_the_moved_goals_with_both_records_actions_from_the_committed_archives():
+    """`compare --changes` on two committed board rows (no progress file: the transcript archives), the GiGPO
+    WebShop adapter of seed 0 against the SFT adapter it started from (docs/llm-learning.md, "What changed")."""
+    from pathlib import Path
+
+    from stratagym.cli import _load_plugins, app
+
+    _load_plugins()
+    root = Path(__file__).resolve().parents[2]
+    (sft,) = root.glob("leaderboard/records/*__3930915f749e.json")
+    (rl,) = root.glob("leaderboard/records/*__86db11403b92.json")
+    out = CliRunner().invoke(app, ["leaderboard", "compare", str(rl), "--base", str(sft), "-m", "score", "--changes",
+                                   "--archives", str(root / "leaderboard" / "transcripts")])
+    assert out.exit_code == 0, out.output
+    assert "the 4 episode(s)" in out.output
+    assert [line.split(":")[0].strip() for line in out.output.splitlines() if "(seed 0):" in line] == [
+        "webshop-2 (seed 0)", "webshop-58 (seed 0)", "webshop-64 (seed 0)", "webshop-66 (seed 0)"]
+    assert "baseline: search[keto friendly and gluten free dark chocolate with flavor raspberry] | click[b0l17kwgn0] | click[almond] | click[buy now]" in out.output
+    assert "new:      search[keto friendly and gluten free dark chocolate with flavor raspberry] | click[b0l17kwgn0] | click[raspberry] | click[buy now]" in out.output
