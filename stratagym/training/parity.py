@@ -22,6 +22,12 @@ step's mean difference exceeds that. Both default to ``auto``: the bounds of :da
 dtype the policy computes in, set from measured healthy runs with room to spare (``docs/training.md``,
 "Log-prob parity"), so that a healthy run never trips them and a broken sampler (other weights, another
 temperature, another model) does. ``null`` turns a bound off.
+
+A run that stops on a bound leaves the evidence beside its checkpoints (:func:`write_parity_evidence`:
+``parity-failure-step-<N>.json``, the worst turns' token ids, texts and both log-prob rows), so the turn
+can be scored again, e.g. in float32 by :func:`rescore_parity_evidence`, to tell bf16 noise on one token
+from a sampler fault before a bound is raised; ``--resume`` with another ``rollout.parity_max`` then
+continues from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -29,11 +35,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+import os
+from pathlib import Path
+
 import torch
 
+from stratagym.atomic import write_json_atomic
 from stratagym.errors import ConfigError
 
-__all__ = ["DEFAULT_BOUNDS", "ParityReport", "ParityError", "logprob_parity", "check_parity", "parity_bounds"]
+__all__ = ["DEFAULT_BOUNDS", "ParityReport", "ParityError", "logprob_parity", "check_parity", "parity_bounds",
+           "write_parity_evidence", "rescore_parity_evidence"]
 
 #: (max_abs, mean_abs) bounds in nats per compute dtype for ``parity_max`` / ``parity_mean_max: auto``.
 #: Measured healthy runs (docs/training.md): float32, hf fused decoder vs scoring ~1e-5 max, vLLM (CPU)
@@ -165,3 +176,88 @@ def check_parity(report: Optional[ParityReport], *, step: int, parity_max: Optio
             f"{parity_mean_max}). The engine that sampled and the trainer disagree: check the weight sync, dtype "
             "and temperature, or raise rollout.parity_mean_max (null turns the check off)."
         )
+
+
+def _turn_diffs(sampled: Sequence[Optional[torch.Tensor]],
+                scored: Sequence[Optional[torch.Tensor]]) -> list[tuple[int, torch.Tensor]]:
+    """(sample index, |engine - trainer| per token) of every comparable turn."""
+    out = []
+    for i, (a, b) in enumerate(zip(sampled, scored)):
+        if a is None or b is None:
+            continue
+        a, b = a.detach().float().cpu().reshape(-1), b.detach().float().cpu().reshape(-1)
+        n = min(a.numel(), b.numel())
+        out.append((i, (a[:n] - b[:n]).abs()))
+    return out
+
+
+def write_parity_evidence(path: str | os.PathLike[str], error: ParityError, *, step: int,
+                          payloads: Sequence[Any], scored: Sequence[Optional[torch.Tensor]],
+                          describe: Any = None, tokenizer: Any = None, dtype: Optional[torch.dtype] = None,
+                          worst_turns: int = 3) -> Path:
+    """Write what a parity stop needs to be judged: the ``worst_turns`` turns with the largest token
+    difference, each with its prompt and response token ids (and their text when ``tokenizer`` is given),
+    the sampler's and the trainer's log-prob rows, and every turn's mean and max difference.
+
+    ``payloads[i]``: sample i's ``{"prompt_ids", "response_ids", "sampling_logprobs"}``; ``scored[i]``: the
+    trainer's log-probs of its response tokens (None where not compared). Why: a bound trips on one token
+    of one step, and resuming replays that step; without the turn itself nobody can tell whether the
+    sampler or the trainer (or neither: bf16 rounding) was off."""
+    name = (lambda i: f"sample {i}") if describe is None else describe
+    sampled = [p.get("sampling_logprobs") if isinstance(p, dict) else None for p in payloads]
+    per_turn = _turn_diffs(sampled, scored)
+    summary = sorted(({"sample": i, "turn": name(i), "tokens": int(d.numel()),
+                       "mean_abs": float(d.mean()) if d.numel() else 0.0,
+                       "max_abs": float(d.max()) if d.numel() else 0.0} for i, d in per_turn),
+                     key=lambda r: -r["max_abs"])
+    turns = []
+    for row in summary[:worst_turns]:
+        i = row["sample"]
+        pay = payloads[i]
+        prompt_ids = [int(t) for t in pay["prompt_ids"].tolist()]
+        response_ids = [int(t) for t in pay["response_ids"].tolist()]
+        turn = dict(row, prompt_ids=prompt_ids, response_ids=response_ids,
+                    sampler_logprobs=[float(x) for x in pay["sampling_logprobs"].reshape(-1).tolist()],
+                    trainer_logprobs=[float(x) for x in scored[i].detach().float().reshape(-1).tolist()])
+        if tokenizer is not None:
+            turn["prompt"] = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+            turn["response_tokens"] = [tokenizer.decode([t], skip_special_tokens=False) for t in response_ids]
+        turns.append(turn)
+    return write_json_atomic(path, {"schema": "stratagym.parity_failure/1", "step": step, "error": str(error),
+                                    "dtype": None if dtype is None else str(dtype).replace("torch.", ""),
+                                    "turns_compared": len(per_turn), "worst_turns": turns, "every_turn": summary})
+
+
+def rescore_parity_evidence(path: str | os.PathLike[str], policy: Any) -> list[dict[str, Any]]:
+    """Score the worst turns of a :func:`write_parity_evidence` file again with ``policy`` (e.g. the run's
+    last checkpoint loaded in float32: the checkpoint before the failing step holds the weights that
+    sampled it) and say, per turn, how far the sampler and the trainer each are from that score.
+
+    Returns one row per turn: ``max_abs_sampler`` / ``max_abs_trainer`` (largest token difference of each
+    side from the new score), ``mean_abs_sampler`` / ``mean_abs_trainer``, and ``worst_token`` with the
+    three log-probs of the token that tripped. Both sides near the new score on average, with one token
+    apart, is rounding; a side far from it on average is the faulty one."""
+    import json
+
+    data = json.loads(Path(path).read_text())
+    out = []
+    for turn in data["worst_turns"]:
+        pay = {"prompt_ids": torch.tensor(turn["prompt_ids"], dtype=torch.long),
+               "response_ids": torch.tensor(turn["response_ids"], dtype=torch.long),
+               "sampling_logprobs": torch.tensor(turn["sampler_logprobs"], dtype=torch.float32)}
+        with torch.no_grad():
+            res = policy.sequence_log_probs([pay])
+        again = res.logprobs[0][res.mask[0].bool()].float().cpu()
+        eng = torch.tensor(turn["sampler_logprobs"])
+        trn = torch.tensor(turn["trainer_logprobs"])
+        n = min(again.numel(), eng.numel(), trn.numel())
+        again, eng, trn = again[:n], eng[:n], trn[:n]
+        k = int((eng - trn).abs().argmax()) if n else 0
+        out.append({"turn": turn["turn"], "tokens": n,
+                    "mean_abs_sampler": float((eng - again).abs().mean()) if n else 0.0,
+                    "mean_abs_trainer": float((trn - again).abs().mean()) if n else 0.0,
+                    "max_abs_sampler": float((eng - again).abs().max()) if n else 0.0,
+                    "max_abs_trainer": float((trn - again).abs().max()) if n else 0.0,
+                    "worst_token": {"index": k, "sampler": float(eng[k]) if n else None,
+                                    "trainer": float(trn[k]) if n else None, "rescored": float(again[k]) if n else None}})
+    return out

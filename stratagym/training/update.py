@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -31,7 +32,7 @@ from stratagym.algorithms.losses import policy_loss, value_loss
 from stratagym.algorithms.off_policy import importance_weights
 from stratagym.errors import ConfigError
 from stratagym.training.diagnostics import advantage_diagnostics
-from stratagym.training.parity import check_parity, logprob_parity, parity_bounds
+from stratagym.training.parity import ParityError, check_parity, logprob_parity, parity_bounds, write_parity_evidence
 from stratagym.training.distributed import (
     bare_model,
     borrow_payload,
@@ -182,6 +183,7 @@ class TrainerUpdate:
     loss_fn: Any  # the validated PolicyLoss
     step: int
     rng: np.random.Generator
+    output_dir: Path  # where a parity stop leaves its evidence
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """Advantages + optimisation on one rollout batch; returns loss/advantage metrics."""
@@ -428,7 +430,17 @@ class TrainerUpdate:
                                               torch.float32 if dtype is None else dtype)
         if lagged:
             bound_max = bound_mean = None
-        check_parity(report, step=self.step + 1, parity_max=bound_max, parity_mean_max=bound_mean, describe=describe)
+        try:
+            check_parity(report, step=self.step + 1, parity_max=bound_max, parity_mean_max=bound_mean, describe=describe)
+        except ParityError as err:  # keep the turns that tripped it: resuming replays this step
+            rank = self.accelerator.process_index
+            name = f"parity-failure-step-{self.step + 1}" + (f"-rank{rank}" if self.accelerator.num_processes > 1 else "")
+            path = write_parity_evidence(self.output_dir / f"{name}.json", err, step=self.step + 1,
+                                         payloads=[s.payload for s in samples], scored=scored, describe=describe,
+                                         tokenizer=self.hooks.tokenizer, dtype=dtype)
+            raise ParityError(f"{err} The worst turns are in {path} (score them again in float32 with "
+                              "stratagym.training.parity.rescore_parity_evidence; docs/training.md, "
+                              "\"Log-prob parity\"); --resume continues from the last checkpoint.") from None
         return report.metrics() if report is not None else {}
 
     def _permutation_rng(self) -> np.random.Generator:

@@ -115,6 +115,51 @@ def test_a_corrupted_sampling_logprob_trips_the_gate(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(trainer.policy.parameters(), before))
 
 
+@needs_searchqa
+def test_a_parity_stop_leaves_the_turn_and_rescoring_names_the_faulty_side(tmp_path):
+    """The stop writes parity-failure-step-<N>.json beside the checkpoints (the message names it), with the
+    turn that tripped first; scoring it again under the same weights puts the fault on the sampler's side."""
+    import json
+
+    from stratagym.training.parity import rescore_parity_evidence
+
+    trainer = Trainer(_config(tmp_path, parity_max=0.5))
+    real_generate = trainer.policy.generate
+
+    corrupted = []
+
+    def corrupting(requests, **kw):  # token 1 of the step's first turn with >= 2 tokens reports 2.5 nats too little
+        gens = real_generate(requests, **kw)
+        for g in gens:
+            if not corrupted and len(g.payload["sampling_logprobs"]) >= 2:
+                g.payload["sampling_logprobs"][1] -= 2.5
+                corrupted.append(g)
+        return gens
+
+    trainer.policy.generate = corrupting
+    evidence = tmp_path / "run" / "parity-failure-step-1.json"
+    try:
+        with pytest.raises(ParityError, match=r"\|difference\| 2\.5 > rollout\.parity_max 0\.5\).* The worst turns are in "
+                                              + str(evidence).replace(".", r"\.")):
+            trainer.train_step()
+        data = json.loads(evidence.read_text())
+        worst = data["worst_turns"][0]
+        assert data["schema"] == "stratagym.parity_failure/1" and data["step"] == 1
+        assert data["turns_compared"] == len(data["every_turn"]) == 8  # 2 tasks x 2 samples x 2 turns (search, answer)
+        assert data["every_turn"][1]["max_abs"] < 1e-4  # the other turns agree to float rounding
+        assert worst["max_abs"] == pytest.approx(2.5, abs=1e-3) and worst["turn"].startswith("turn 0 of task")
+        assert worst["sampler_logprobs"][1] == pytest.approx(worst["trainer_logprobs"][1] - 2.5, abs=1e-3)
+        assert len(worst["response_tokens"]) == len(worst["response_ids"]) == len(worst["trainer_logprobs"])
+        assert [r["max_abs"] for r in data["every_turn"]] == sorted((r["max_abs"] for r in data["every_turn"]), reverse=True)
+        # the same weights score the turn as the trainer did; the sampler's token is the one 2.5 nats off
+        again = rescore_parity_evidence(evidence, trainer.policy)
+        assert again[0]["max_abs_trainer"] < 1e-4
+        assert again[0]["worst_token"]["index"] == 1
+        assert again[0]["max_abs_sampler"] == pytest.approx(2.5, abs=1e-3)
+    finally:
+        trainer.close()
+
+
 def test_parity_bounds_are_validated(tmp_path):
     with pytest.raises(ConfigError, match="rollout.parity_max must be > 0, auto"):
         _config(tmp_path, parity_max=0).validate()
