@@ -43,6 +43,7 @@ extra greedy episode per task, whose shaped return is the baseline of that task'
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -52,7 +53,7 @@ import numpy as np
 import torch
 
 from stratagym.agents.critic import build_critic
-from stratagym.agents.env_fit import check_policy_for_env
+from stratagym.agents.env_fit import POLICY_CONFIG_FILE, check_policy_for_env
 from stratagym.agents.policy import policy_hooks, unwrap_model
 from stratagym.envs.registry import get_spec
 from stratagym.training.allocator import retain_heap, return_freed_memory
@@ -78,6 +79,7 @@ from stratagym.training.rollout import (
 from stratagym.training.rollout.dynamic import collect_informative
 from stratagym.training.rollout.program import check_append_only, collector_for, is_program
 from stratagym.errors import ConfigError
+from stratagym.precision import dtype_name
 from stratagym.provenance import inherited_stages
 from stratagym.training.metrics_log import MetricsLog
 from stratagym.training.recipe import (  # noqa: F401  (build_policy, seed_everything: re-exported)
@@ -250,6 +252,7 @@ class Trainer(TrainerUpdate):
         if ckpt is None:
             return False
         data = load_checkpoint(ckpt)
+        self._check_resume_dtype(ckpt, Path(data["policy_dir"]))
         loaded = type(self.policy).from_pretrained(str(data["policy_dir"]))
         # copy the weights into the prepared model in place (the optimizer holds its parameters). A saved
         # policy lacks only frozen weights the run added itself (a LoRA policy's frozen reference adapter);
@@ -281,6 +284,28 @@ class Trainer(TrainerUpdate):
         self.hooks.after_optimizer_step()
         self.log.truncate_after(self.step)
         return True
+
+    def _check_resume_dtype(self, ckpt: Path, policy_dir: Path) -> None:
+        """Refuse to resume in another compute dtype than the checkpoint's steps ran in.
+
+        Why: ``dtype: auto`` resolves per machine (bf16 where the chip computes it, else fp32), and a run's
+        output directory can outlive its machine. A run started in bf16 and resumed on a CPU without bf16
+        instructions would go on in fp32 (or the other way round) with nothing said: one run, two numerics,
+        and an estimator comparison whose arms differ by the machine they happened to resume on."""
+        saved_file = policy_dir / POLICY_CONFIG_FILE
+        now = self.hooks.compute_dtype
+        if now is None or not saved_file.exists():
+            return  # a policy without one compute dtype (scorer), or a checkpoint that does not record it
+        saved = json.loads(saved_file.read_text()).get("dtype")
+        if saved in (None, "auto"):  # written before the dtype policy: every such checkpoint is float32
+            saved = "float32"
+        if saved != dtype_name(now):
+            raise ConfigError(
+                f"checkpoint {str(ckpt)!r} was trained in {saved}, but this run computes in {dtype_name(now)} "
+                f"(policy.dtype {self.config.policy.get('dtype', 'float32')!r} here): a resumed run continues in the "
+                f"dtype it started in. Resume on a machine that computes {saved} natively (bf16: a CPU with AMX or "
+                f"AVX512-BF16, or a GPU), or start a new output_dir from {str(policy_dir)!r} "
+                f"(policy.model) to train on in {dtype_name(now)} as a new run.")
 
     def save(self) -> Optional[Path]:
         """Write a checkpoint for the current step (main process; others wait)."""

@@ -240,3 +240,44 @@ def test_lora_rl_from_a_saved_adapter_keeps_it_as_kl_reference_and_resumes(tmp_p
     rl = sets["whole"][1]
     assert rl["stage"] == "rl" and rl["split"] is None and 1 <= len(rl["task_ids"]) <= 4  # 2 steps x 2 tasks
     assert all(t.startswith("sqa-train-") for t in rl["task_ids"])
+
+
+def test_resume_refuses_another_compute_dtype_than_the_checkpoints(tmp_path, monkeypatch):
+    """``dtype: auto`` resolves per machine. A run started in fp32 and resumed where auto means bf16 (here: a
+    CPU claimed to have bf16 instructions) would go on in another numerics without a word: refused, naming
+    both dtypes and the two ways on. The same dtype resumes."""
+    from stratagym.training.trainer import Trainer
+
+    def config(dtype: str) -> RecipeConfig:
+        return RecipeConfig.from_dict({
+            "name": "dtype-resume",
+            "policy": {"model": "tiny", "max_new_tokens": 8, "memory_k": 1, "dtype": dtype},
+            "env": {"id": "stratagym/SearchQA-v0", "kwargs": {"max_turns": 1}},
+            "rollout": {"group_size": 2, "tasks_per_step": 1},
+            "algorithm": {"estimator": "grpo"},
+            "optim": {"lr": 1.0e-3, "micro_batch_size": 8},
+            "train": {"total_steps": 2, "output_dir": str(tmp_path / "run"), "save_every": 1, "progress": False,
+                      "tensorboard": False},
+        })
+
+    monkeypatch.setenv("STRATAGYM_CPU_BF16", "0")  # auto -> float32, whatever this CPU has
+    first = Trainer(config("auto"))
+    try:
+        first.train(max_steps=1)
+    finally:
+        first.close()
+    monkeypatch.setenv("STRATAGYM_CPU_BF16", "1")  # the same recipe on a machine with bf16: auto -> bfloat16
+    other = Trainer(config("auto"))
+    try:
+        with pytest.raises(ConfigError, match=r"step-00000001' was trained in float32, but this run computes in "
+                                              r"bfloat16 \(policy.dtype 'auto' here\): a resumed run continues in "
+                                              r"the dtype it started in\. .*start a new output_dir from"):
+            other.train(resume=True)
+    finally:
+        other.close()
+    same = Trainer(config("float32"))  # fp32 pinned: resumes where the checkpoint left off
+    try:
+        rows = same.train(resume=True)
+    finally:
+        same.close()
+    assert [r["step"] for r in rows] == [2]
