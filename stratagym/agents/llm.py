@@ -261,7 +261,16 @@ class LLMPolicy(Policy):
             data["model"] = directory
             config = LLMConfig.from_dict(data)
         device = _resolve_device(config.device)
-        dtype = resolve_dtype(config.dtype, device)
+        try:
+            dtype = resolve_dtype(config.dtype, device)
+        except ConfigError as exc:
+            if "dtype" not in saved or "dtype" in overrides or config.dtype != saved["dtype"]:
+                raise
+            # the dtype came from the checkpoint, not from the caller: say so, and how to choose another
+            raise ConfigError(
+                f"{directory} was saved in {config.dtype} ({POLICY_CONFIG_FILE}), and {exc} For this checkpoint: "
+                "stratagym eval -P dtype=float32 (a float32 eval is another protocol than a "
+                f"{config.dtype} one), policy.dtype in a recipe, or a machine that computes {config.dtype}.") from None
         adapter = Path(directory) / "adapter_config.json"
         try:
             if adapter.exists():

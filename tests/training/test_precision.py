@@ -89,6 +89,24 @@ def test_checkpoints_record_the_resolved_dtype_and_old_auto_reads_as_float32(tmp
     assert LLMPolicy.from_pretrained(tmp_path / "p").compute_dtype is torch.float32
 
 
+def test_a_bf16_checkpoint_on_a_cpu_without_bf16_names_where_the_dtype_came_from(tmp_path, monkeypatch):
+    """A bf16 checkpoint loaded where bf16 is not native: the refusal says the dtype is the checkpoint's and
+    how to choose another (stratagym eval's -P dtype=float32, a recipe's policy.dtype); choosing one loads it."""
+    from stratagym.agents.llm import LLMConfig, LLMPolicy
+    from stratagym.agents.tiny_lm import tiny_lm_path
+
+    _bf16_cpu(monkeypatch)
+    LLMPolicy.from_config(LLMConfig(model=str(tiny_lm_path()), dtype="bfloat16")).save_pretrained(tmp_path / "p")
+    monkeypatch.setenv("STRATAGYM_CPU_BF16", "0")
+    with pytest.raises(ConfigError, match=r"p was saved in bfloat16 \(stratagym_policy.json\), and policy.dtype: bfloat16 "
+                                          r"on cpu: .* For this checkpoint: stratagym eval -P dtype=float32 \(a float32 "
+                                          r"eval is another protocol than a bfloat16 one\), policy.dtype in a recipe"):
+        LLMPolicy.from_pretrained(tmp_path / "p")
+    with pytest.raises(ConfigError, match=r"^policy.dtype: bfloat16 on cpu"):  # the caller's own choice: the plain refusal
+        LLMPolicy.from_pretrained(tmp_path / "p", dtype="bfloat16")
+    assert LLMPolicy.from_pretrained(tmp_path / "p", dtype="float32").compute_dtype is torch.float32
+
+
 def _lora_recipe(tmp_path: Path, sft: Path, out: Path, dtype: str) -> Path:
     p = tmp_path / f"{out.name}.yaml"
     p.write_text(yaml.safe_dump({
