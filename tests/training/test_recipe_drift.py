@@ -349,6 +349,55 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
     assert got == RL_DRIFT[name], f"recorded now: {json.dumps(got)}"
 
 
+# ---- the 0.64M RL comparison's runs (benchmarks/llm_learning.py) -------------------------------------------------
+
+#: benchmarks/llm_learning.py trains every arm of the 0.64M comparison from recipes/cpu/grpo-tiny-searchqa.yaml with
+#: the method's estimator set (its METHODS), from the committed full 0.64M SFT model (no adapter). The nine runs
+#: rebuilt on 2026-12-05 are committed (data/checkpoints/<method>-searchqa-0.64m-s<seed>), so each arm's first step
+#: is pinned like a recipe: RL_SMALL's one task x G = 4, float32, one thread; tokens, return, searches, loss, grad
+#: norm and weight change. The recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
+TINY_ARMS: dict[str, dict] = {
+    "grpo-tiny-searchqa.yaml": {},
+    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO arm": {
+        "algorithm.estimator": "stratified", "algorithm.estimator_kwargs": {"alpha": 0.6}},
+    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO + HA-DW arm": {
+        "algorithm.estimator": "stratified+hadw", "algorithm.estimator_kwargs": {"alpha": 0.6}},
+}
+TINY_RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {  # recorded 2026-12-05
+    "grpo-tiny-searchqa.yaml": (704, 0.5, 3.0, 0.0, 0.3745, 0.1453),
+    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO arm": (704, 0.5, 3.0, 0.0, 0.4325, 0.1461),
+    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO + HA-DW arm": (704, 0.5, 3.0, 0.0, 0.5622, 0.1476),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY_ARMS))
+def test_tiny_rl_arm_first_step_gives_its_recorded_figures(name, tmp_path):
+    import torch
+
+    from stratagym.training.config import load_recipe
+    from stratagym.training.trainer import Trainer
+
+    recipe = load_recipe(REPO / "recipes" / "cpu" / "grpo-tiny-searchqa.yaml",
+                         {**RL_SMALL, **TINY_ARMS[name], "train.output_dir": str(tmp_path / "run")})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    trainer = Trainer(recipe)
+    try:
+        before = {k: v.detach().clone() for k, v in trainer.policy.model.named_parameters()}
+        row = trainer.train_step()
+        moved = math.sqrt(sum(float((p.detach() - before[k]).pow(2).sum()) for k, p in trainer.policy.model.named_parameters()))
+    finally:
+        trainer.close()
+        torch.set_num_threads(threads)
+    # the loss is a token mean of advantages that cancel (every sample here has the same length): float noise
+    # around 0 (-5.5e-09), so it is pinned to 6 decimals, not to 4 significant digits
+    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row["rollout/search_count"]),
+           round(row["loss/loss"], 6) + 0.0, _sig(row["optim/grad_norm"]), _sig(moved))
+    if name not in TINY_RL_DRIFT:
+        pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
+    assert got == TINY_RL_DRIFT[name], f"recorded now: {json.dumps(got)}"
+
+
 # ---- the WebShop RL recipes (issue 48 item 3) ------------------------------------------------------------------
 
 #: GiGPO, GRPO and HGPO K=2 on WebShop differ only in how a step's advantage is computed, so one small rollout
@@ -436,6 +485,8 @@ RL_ADAPTERS: dict[str, str] = {
     **{f"study-hops-grpo-smollm2-lora-searchqa-s{s}": "grpo-smollm2-lora-searchqa.yaml" for s in range(3)},
     **{f"study-hops-stratified-smollm2-lora-searchqa-s{s}": "stratified-smollm2-lora-searchqa.yaml" for s in range(3)},
     **{f"study-hops-hadw-smollm2-lora-searchqa-s{s}": HADW_ARM for s in range(3)},
+    **{f"{folder}-searchqa-0.64m-s{s}": arm for s in range(3) for folder, arm in zip(
+        ("grpo", "stratified", "stratified-hadw"), sorted(TINY_ARMS, key=len))},
 }
 
 
@@ -454,7 +505,7 @@ def test_every_committed_adapter_was_built_by_a_pinned_recipe():
     """Issue 50 item 4: each recipe behind a committed checkpoint has a drift pin, its own or (a variant) its base's."""
     from stratagym.provenance import read_provenance
 
-    pinned = set(DRIFT) | set(RL_DRIFT) | set(WEBSHOP_RL_ADVANTAGES)
+    pinned = set(DRIFT) | set(RL_DRIFT) | set(TINY_RL_DRIFT) | set(WEBSHOP_RL_ADVANTAGES)
     by_name = _recipes_by_name()
     unpinned = []
     for folder in sorted(p for p in (REPO / "data" / "checkpoints").iterdir() if p.is_dir()):
