@@ -32,16 +32,17 @@ continues from the last checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
-
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import torch
 
 from stratagym.atomic import write_json_atomic
 from stratagym.errors import ConfigError
+from stratagym.precision import dtype_name
 
 __all__ = ["DEFAULT_BOUNDS", "ParityReport", "ParityError", "logprob_parity", "check_parity", "parity_bounds",
            "write_parity_evidence", "rescore_parity_evidence"]
@@ -99,6 +100,19 @@ def _retokenizes_differently(tokenizer: Any, ids: list[int]) -> bool:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"]) != ids
 
 
+def _turn_diffs(sampled: Sequence[Optional[torch.Tensor]],
+                scored: Sequence[Optional[torch.Tensor]]) -> list[tuple[int, torch.Tensor]]:
+    """(sample index, |engine - trainer| per token) of every comparable turn."""
+    out = []
+    for i, (a, b) in enumerate(zip(sampled, scored)):
+        if a is None or b is None:
+            continue
+        a, b = a.detach().float().cpu().reshape(-1), b.detach().float().cpu().reshape(-1)
+        n = min(a.numel(), b.numel())
+        out.append((i, (a[:n] - b[:n]).abs()))
+    return out
+
+
 def logprob_parity(sampled: Sequence[Optional[torch.Tensor]], scored: Sequence[Optional[torch.Tensor]], *,
                    tol: float = 0.1, response_ids: Optional[Sequence[Sequence[int]]] = None,
                    tokenizer: Any = None) -> Optional[ParityReport]:
@@ -108,23 +122,15 @@ def logprob_parity(sampled: Sequence[Optional[torch.Tensor]], scored: Sequence[O
     sampling log-probs, e.g. a scorer policy's payload: such turns are left out). ``response_ids`` and
     ``tokenizer``, when given, measure ``retokenized``. Returns None when no turn can be compared.
     """
-    diffs: list[torch.Tensor] = []
-    owners: list[int] = []
-    turns = mismatched = retok = 0
-    for i, (a, b) in enumerate(zip(sampled, scored)):
-        if a is None or b is None:
-            continue
-        turns += 1
-        a = a.detach().float().cpu().reshape(-1)
-        b = b.detach().float().cpu().reshape(-1)
-        if a.numel() != b.numel():
-            mismatched += 1
-            n = min(a.numel(), b.numel())
-            a, b = a[:n], b[:n]
-        diffs.append((a - b).abs())
-        owners.append(i)
-        if tokenizer is not None and response_ids is not None and len(response_ids[i]):
-            retok += _retokenizes_differently(tokenizer, [int(t) for t in response_ids[i]])
+    per_turn = _turn_diffs(sampled, scored)
+    owners = [i for i, _ in per_turn]
+    diffs = [d for _, d in per_turn]
+    turns = len(per_turn)
+    mismatched = sum(sampled[i].numel() != scored[i].numel() for i in owners)
+    retok = 0
+    if tokenizer is not None and response_ids is not None:
+        retok = sum(_retokenizes_differently(tokenizer, [int(t) for t in response_ids[i]])
+                    for i in owners if len(response_ids[i]))
     if not turns:
         return None
     flat = torch.cat(diffs) if diffs else torch.zeros(0)
@@ -178,19 +184,6 @@ def check_parity(report: Optional[ParityReport], *, step: int, parity_max: Optio
         )
 
 
-def _turn_diffs(sampled: Sequence[Optional[torch.Tensor]],
-                scored: Sequence[Optional[torch.Tensor]]) -> list[tuple[int, torch.Tensor]]:
-    """(sample index, |engine - trainer| per token) of every comparable turn."""
-    out = []
-    for i, (a, b) in enumerate(zip(sampled, scored)):
-        if a is None or b is None:
-            continue
-        a, b = a.detach().float().cpu().reshape(-1), b.detach().float().cpu().reshape(-1)
-        n = min(a.numel(), b.numel())
-        out.append((i, (a[:n] - b[:n]).abs()))
-    return out
-
-
 def write_parity_evidence(path: str | os.PathLike[str], error: ParityError, *, step: int,
                           payloads: Sequence[Any], scored: Sequence[Optional[torch.Tensor]],
                           describe: Any = None, tokenizer: Any = None, dtype: Optional[torch.dtype] = None,
@@ -224,7 +217,7 @@ def write_parity_evidence(path: str | os.PathLike[str], error: ParityError, *, s
             turn["response_tokens"] = [tokenizer.decode([t], skip_special_tokens=False) for t in response_ids]
         turns.append(turn)
     return write_json_atomic(path, {"schema": "stratagym.parity_failure/1", "step": step, "error": str(error),
-                                    "dtype": None if dtype is None else str(dtype).replace("torch.", ""),
+                                    "dtype": None if dtype is None else dtype_name(dtype),
                                     "turns_compared": len(per_turn), "worst_turns": turns, "every_turn": summary})
 
 
@@ -237,8 +230,6 @@ def rescore_parity_evidence(path: str | os.PathLike[str], policy: Any) -> list[d
     side from the new score), ``mean_abs_sampler`` / ``mean_abs_trainer``, and ``worst_token`` with the
     three log-probs of the token that tripped. Both sides near the new score on average, with one token
     apart, is rounding; a side far from it on average is the faulty one."""
-    import json
-
     data = json.loads(Path(path).read_text())
     out = []
     for turn in data["worst_turns"]:
