@@ -356,29 +356,34 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
 #: rebuilt on 2026-12-05 are committed (data/checkpoints/<method>-searchqa-0.64m-s<seed>), so each arm's first step
 #: is pinned like a recipe: RL_SMALL's one task x G = 4, float32, one thread; tokens, return, searches, loss, grad
 #: norm and weight change. The recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
-TINY_ARMS: dict[str, dict] = {
-    "grpo-tiny-searchqa.yaml": {},
-    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO arm": {
-        "algorithm.estimator": "stratified", "algorithm.estimator_kwargs": {"alpha": 0.6}},
-    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO + HA-DW arm": {
-        "algorithm.estimator": "stratified+hadw", "algorithm.estimator_kwargs": {"alpha": 0.6}},
-}
+TINY_METHODS = ("grpo", "stratified", "stratified+hadw")  # the benchmark's SEARCHQA_METHODS; METHODS gives the estimator
+
+
+def _tiny_arm(method: str) -> str:
+    return f"grpo-tiny-searchqa.yaml with benchmarks/llm_learning.py's {method} estimator"
+
+
 TINY_RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {  # recorded 2026-12-05
-    "grpo-tiny-searchqa.yaml": (704, 0.5, 3.0, 0.0, 0.3745, 0.1453),
-    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO arm": (704, 0.5, 3.0, 0.0, 0.4325, 0.1461),
-    "grpo-tiny-searchqa.yaml, the 0.64M comparison's Stratified GRPO + HA-DW arm": (704, 0.5, 3.0, 0.0, 0.5622, 0.1476),
+    _tiny_arm("grpo"): (704, 0.5, 3.0, 0.0, 0.3745, 0.1453),
+    _tiny_arm("stratified"): (704, 0.5, 3.0, 0.0, 0.4325, 0.1461),
+    _tiny_arm("stratified+hadw"): (704, 0.5, 3.0, 0.0, 0.5622, 0.1476),
 }
 
 
-@pytest.mark.parametrize("name", sorted(TINY_ARMS))
-def test_tiny_rl_arm_first_step_gives_its_recorded_figures(name, tmp_path):
+@pytest.mark.parametrize("method", TINY_METHODS)
+def test_tiny_rl_arm_first_step_gives_its_recorded_figures(method, tmp_path):
     import torch
 
     from stratagym.training.config import load_recipe
     from stratagym.training.trainer import Trainer
 
+    bench = load_script(REPO / "benchmarks" / "llm_learning.py", "llm_learning_bench")
+    assert tuple(bench.SEARCHQA_METHODS) == TINY_METHODS
+    estimator, kwargs = bench.METHODS[method]  # the arm as the benchmark builds it, not a copy of it
+    name = _tiny_arm(method)
     recipe = load_recipe(REPO / "recipes" / "cpu" / "grpo-tiny-searchqa.yaml",
-                         {**RL_SMALL, **TINY_ARMS[name], "train.output_dir": str(tmp_path / "run")})
+                         {**RL_SMALL, "algorithm.estimator": estimator, "algorithm.estimator_kwargs": kwargs,
+                          "train.output_dir": str(tmp_path / "run")})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     trainer = Trainer(recipe)
@@ -485,8 +490,7 @@ RL_ADAPTERS: dict[str, str] = {
     **{f"study-hops-grpo-smollm2-lora-searchqa-s{s}": "grpo-smollm2-lora-searchqa.yaml" for s in range(3)},
     **{f"study-hops-stratified-smollm2-lora-searchqa-s{s}": "stratified-smollm2-lora-searchqa.yaml" for s in range(3)},
     **{f"study-hops-hadw-smollm2-lora-searchqa-s{s}": HADW_ARM for s in range(3)},
-    **{f"{folder}-searchqa-0.64m-s{s}": arm for s in range(3) for folder, arm in zip(
-        ("grpo", "stratified", "stratified-hadw"), sorted(TINY_ARMS, key=len))},
+    **{f"{m.replace('+', '-')}-searchqa-0.64m-s{s}": _tiny_arm(m) for s in range(3) for m in TINY_METHODS},
 }
 
 
