@@ -41,6 +41,10 @@ REPLY_TOKENS = 16
 DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     # the 0.64M from-scratch model: 2 steps leave it answering newlines
     "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.039], ["\n" * 16, "\n" * 16]),
+    # the 3.5M model that reads (TWO_STAGE): 13 worlds' oracle demonstrations (the first 4 are the bundled world's,
+    # hence the SmolLM2 recipe's digest); its second stage trains on from the first's small run. Recorded 2026-12-06
+    "sft-searchqa-multiworld-4m.yaml": ("d2714dabf743", [7.746, 7.036], ["\n" * 16, "\n" * 16]),
+    "sft-searchqa-multiworld-4m-epoch2.yaml": ("d2714dabf743", [6.595, 6.783], ["<think>" * 16, "<think>" * 16]),
     "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.784, 1.682], [
         "Saefan Rulei joined the Guild of the Knights of the Golden Lion,",
         "Trou Drilath invented a device called a \"Trou Drilath"]),
@@ -108,13 +112,14 @@ def alfworld_games(tmp_path_factory) -> Path:
 
 
 def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_games: Path):
+    """The recipe's small run (:data:`SMALL`); a recipe that starts from a ``model.path`` starts from ``model``."""
     from stratagym.training.sft import load_sft_recipe
 
     raw = ((REPO / "recipes" / "cpu" / name).read_text().replace("runs/search_qa_worlds/multi13", str(worlds))
            .replace("build/alfworld-planner-sft", str(alfworld_games)))
     path = tmp / name
     path.write_text(raw)
-    over = {**SMALL, "output_dir": str(tmp / "run"), "export": str(tmp / "export")}
+    over = {**SMALL, "output_dir": str(tmp / f"run-{name}"), "export": str(tmp / f"export-{name}")}
     recipe = load_sft_recipe(path)
     over["demos.n"] = 2 if recipe.demos.episodes_per_task else 4
     if recipe.demos.episodes_per_task:
@@ -133,6 +138,27 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_game
                                   "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml",
                                   "sft-smollm2-lora-alfworld-searcher.yaml"])
 def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
+    recipe = _small_recipe(name, tmp_path, smollm2_model, worlds, alfworld_games)
+    _check_small_sft_run(name, recipe)
+
+
+#: a second stage's recipe -> its first stage's: the second trains on from the first's export (its ``model.path``),
+#: so its small run starts from the first stage's small run, not from SmolLM2
+TWO_STAGE = {"sft-searchqa-multiworld-4m-epoch2.yaml": "sft-searchqa-multiworld-4m.yaml"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", sorted(TWO_STAGE))
+def test_two_stage_sft_recipes_give_their_recorded_answers(second, tmp_path, worlds, alfworld_games):
+    """The 3.5M model that reads (docs/llm-learning.md, "Small models that read"): one epoch from scratch, then a
+    second from that checkpoint. Both stages' small runs are pinned, the second from the first's export."""
+    first = _small_recipe(TWO_STAGE[second], tmp_path, Path("unused"), worlds, alfworld_games)
+    _check_small_sft_run(TWO_STAGE[second], first)
+    _check_small_sft_run(second, _small_recipe(second, tmp_path, first.export_dir, worlds, alfworld_games))
+
+
+def _check_small_sft_run(name: str, recipe) -> None:
+    """Run ``recipe`` (a small run) and compare its demonstrations, losses and first greedy replies with ``DRIFT``."""
     import gymnasium as gym
 
     from stratagym.agents.llm import LLMPolicy
@@ -141,7 +167,6 @@ def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, wo
     from stratagym.training.demos import read_demos
     from stratagym.training.sft import run_sft
 
-    recipe = _small_recipe(name, tmp_path, smollm2_model, worlds, alfworld_games)
     meta = run_sft(recipe, progress=False, echo=lambda *_: None)
     policy = LLMPolicy.from_pretrained(str(recipe.export_dir), max_new_tokens=REPLY_TOKENS)
     env = gym.make(recipe.env.id, **dict(recipe.env.eval_kwargs or recipe.env.kwargs))
