@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -41,8 +42,9 @@ REPLY_TOKENS = 16
 DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     # the 0.64M from-scratch model: 2 steps leave it answering newlines
     "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.039], ["\n" * 16, "\n" * 16]),
-    # the 3.5M model that reads (TWO_STAGE): 13 worlds' oracle demonstrations (the first 4 are the bundled world's,
-    # hence the SmolLM2 recipe's digest); its second stage trains on from the first's small run. Recorded 2026-12-06
+    # the 13-world 3.5M model (TWO_STAGE; it read in its first build, not in its rebuild): 13 worlds' oracle
+    # demonstrations (the first 4 are the bundled world's, hence the SmolLM2 recipe's digest); its second stage trains
+    # on from the first's small run. Recorded 2026-12-06
     "sft-searchqa-multiworld-4m.yaml": ("d2714dabf743", [7.746, 7.036], ["\n" * 16, "\n" * 16]),
     "sft-searchqa-multiworld-4m-epoch2.yaml": ("d2714dabf743", [6.595, 6.783], ["<think>" * 16, "<think>" * 16]),
     "sft-smollm2-lora-searchqa.yaml": ("d2714dabf743", [1.784, 1.682], [
@@ -111,7 +113,7 @@ def alfworld_games(tmp_path_factory) -> Path:
     return root
 
 
-def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_games: Path):
+def _small_recipe(name: str, tmp: Path, model: Optional[Path], worlds: Path, alfworld_games: Path):
     """The recipe's small run (:data:`SMALL`); a recipe that starts from a ``model.path`` starts from ``model``."""
     from stratagym.training.sft import load_sft_recipe
 
@@ -125,6 +127,7 @@ def _small_recipe(name: str, tmp: Path, model: Path, worlds: Path, alfworld_game
     if recipe.demos.episodes_per_task:
         over["demos.episodes_per_task"] = 2
     if "path" in recipe.model:
+        assert model is not None, f"{name} starts from a model.path: give its small run one"
         over["model.path"] = str(model)
     return load_sft_recipe(path, over)
 
@@ -150,9 +153,9 @@ TWO_STAGE = {"sft-searchqa-multiworld-4m-epoch2.yaml": "sft-searchqa-multiworld-
 @pytest.mark.slow
 @pytest.mark.parametrize("second", sorted(TWO_STAGE))
 def test_two_stage_sft_recipes_give_their_recorded_answers(second, tmp_path, worlds, alfworld_games):
-    """The 3.5M model that reads (docs/llm-learning.md, "Small models that read"): one epoch from scratch, then a
+    """The 13-world 3.5M model (docs/llm-learning.md, "Small models that read"): one epoch from scratch, then a
     second from that checkpoint. Both stages' small runs are pinned, the second from the first's export."""
-    first = _small_recipe(TWO_STAGE[second], tmp_path, Path("unused"), worlds, alfworld_games)
+    first = _small_recipe(TWO_STAGE[second], tmp_path, None, worlds, alfworld_games)
     _check_small_sft_run(TWO_STAGE[second], first)
     _check_small_sft_run(second, _small_recipe(second, tmp_path, first.export_dir, worlds, alfworld_games))
 
