@@ -21,7 +21,7 @@ import math
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pytest
 
@@ -246,13 +246,18 @@ def pooled_gain(prefixes: tuple[str, ...]) -> str:
     return f"{c.diff * 100:+.1f} [{c.ci_low * 100:+.1f}, {c.ci_high * 100:+.1f}]"
 
 
+def most_kept_under_ablation(records: Iterable[dict[str, Any]]) -> float:
+    """The most answers any of ``records`` keeps right under any of its retriever ablations."""
+    return max(sum(x["outcomes"].values()) for r in records for x in r["search_dependence"]["ablations"].values())
+
+
 def rebuilt_runs() -> str:
     """The README's sentence on the rebuilt adapters: their EM range, how many answers each seed's rebuild
     changed against the first build, pooled gains, and the most any answers under a retriever ablation."""
     changed = [sum(paired(o, r)) for o, r in zip(RL_UNSEEN, RL_REBUILT)]
     for first, rebuilt in zip(RL_UNSEEN[1::2], RL_REBUILT[1::2]):  # seed 1: the first build's answers exactly
         assert answers(first) == answers(rebuilt)
-    ablated = max(sum(x["outcomes"].values()) for p in RL_REBUILT for x in rec(p)["search_dependence"]["ablations"].values())
+    ablated = most_kept_under_ablation(rec(p) for p in RL_REBUILT)
     return (f"reach EM {min(map(m, RL_REBUILT)):.3f}-{max(map(m, RL_REBUILT)):.3f} again (seed 1's two runs give the first "
             f"build's 200 answers exactly, seed 0's differ on {changed[0]} and {changed[2]}\nquestions; pooled GRPO "
             f"{pooled_gain(RL_REBUILT[:2])}, Stratified {pooled_gain(RL_REBUILT[2:])}), and the rebuilt adapters are\n"
@@ -327,7 +332,7 @@ def smollm2_search_dependence() -> str:
     keeps under an ablation."""
     rows = [r for r in map(_load, sorted(ROOT.glob("leaderboard/records/*.json")))
             if r.get("search_dependence") and "smollm2" in r["agent"]["label"].lower()]
-    kept = max(sum(x["outcomes"].values()) for r in rows for x in r["search_dependence"]["ablations"].values())
+    kept = most_kept_under_ablation(rows)
     return f"({len(rows)} SmolLM2 rows, RL adapters included: at most {kept:.0f} of 200 answers survive any ablation)"
 
 
@@ -340,7 +345,7 @@ def multiworld_rebuilt() -> str:
     """The README's clause on the 13-world 3.5M model rebuilt: its EM [CI] on both splits, and the most answers it
     keeps under any retriever ablation on either."""
     rows = (MULTIWORLD_REBUILT, MULTIWORLD_REBUILT_TEST)
-    kept = max(sum(x["outcomes"].values()) for p in rows for x in rec(p)["search_dependence"]["ablations"].values())
+    kept = most_kept_under_ablation(rec(p) for p in rows)
     assert m(MULTIWORLD_REBUILT) < rec(MULTIWORLD_FIRST)["metrics"]["em"]["ci_low"]  # "outside the first build's interval"
     return (f"scores `test_unseen` EM **{m(MULTIWORLD_REBUILT):.3f}** [{rec(MULTIWORLD_REBUILT)['metrics']['em']['ci_low']:.3f}, "
             f"{rec(MULTIWORLD_REBUILT)['metrics']['em']['ci_high']:.3f}] and `test` EM {m(MULTIWORLD_REBUILT_TEST):.3f}; with no "
