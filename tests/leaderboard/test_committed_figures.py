@@ -317,13 +317,23 @@ def study_rebuilt(name: str) -> str:
             f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over seeds")
 
 
+# Scripted rows a rerun cannot back-fill: ValueCorridor's episode outcome gained ``extra.best_doors`` after
+# 2026-11-23, so these two evals' reruns (same actions, same returns) are not their records' episodes.
+SCRIPTED_WITHOUT_TRANSCRIPTS = {"b62915ef40dd", "8f23f1e03f8c"}
+
+
 def board_transcripts() -> str:
-    """The README's count of board rows with transcripts; every row whose checkpoint is committed is among them."""
+    """The README's count of board rows with transcripts; every row whose checkpoint is committed is among them, and
+    every scripted agent's row (a rerun gives it back exactly) but SCRIPTED_WITHOUT_TRANSCRIPTS."""
     board = [_load(p) for p in sorted(ROOT.glob("leaderboard/records/*.json"))]
     for r in board:
         spec = str(r["agent"].get("spec") or "")
         if spec.startswith("data/checkpoints/") and (ROOT / spec).is_dir():
             assert r.get("transcripts"), f"{r['record_id'][:12]}: its checkpoint {spec} is committed but it has no transcripts"
+        if r["agent"]["kind"] == "scripted":
+            assert bool(r.get("transcripts")) != (r["record_id"][:12] in SCRIPTED_WITHOUT_TRANSCRIPTS), (
+                f"{r['record_id'][:12]} ({spec}): a scripted row re-runs exactly; back-fill it with scripts/rerun_record.py "
+                "and `stratagym leaderboard attach`, or say in SCRIPTED_WITHOUT_TRANSCRIPTS why it cannot be")
     return f"transcripts for {sum(bool(r.get('transcripts')) for r in board)} of its {len(board)} rows"
 
 
