@@ -20,7 +20,7 @@ ALFWorld (GiGPO vs HGPO from the hand-coded expert's clone; scores paired over `
 several eval splits, plus per-split valid-command shares and per-task-type success):
 
     OMP_NUM_THREADS=1 python benchmarks/llm_learning.py run --methods gigpo,hgpo --seeds 0,1 --steps 20 \
-        --eval-n 30 --eval-splits train,valid_seen,valid_unseen --sft runs/checkpoints/sft-alfworld \
+        --eval-n 30 --eval-splits train,valid_seen,valid_unseen --sft data/checkpoints/sft-alfworld \
         --recipe recipes/cpu/gigpo-sft-alfworld.yaml --demos handcoded --tag ALFWorld --out runs/llm_learning_alfworld
 
 Runs go to ``runs/llm_learning/<method>-s<seed>/`` (checkpoint, metrics.jsonl, result.json, eval record),

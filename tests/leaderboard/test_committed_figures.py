@@ -317,6 +317,33 @@ def study_rebuilt(name: str) -> str:
             f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over seeds")
 
 
+def alfworld_rebuilt() -> str:
+    """The README's sentence on the 0.49M ALFWorld clone and its four RL runs rebuilt on 2026-12-06: which give their
+    first build's evaluation episodes exactly (both splits; fields the older records lack, such as ``prompt_cuts``,
+    are not compared) and that no run of either build wins a game."""
+    board = [_load(p) for p in sorted(ROOT.glob("leaderboard/records/*__stratagym-alfworld-v0__*.json"))]
+
+    def runs(label: str) -> list[dict[str, Any]]:
+        found = sorted((r for r in board if r["agent"].get("label") == label), key=lambda r: r["split"])
+        assert [r["split"] for r in found] == ["in_distribution", "out_of_distribution"], label
+        return found
+
+    def same(first: dict[str, Any], again: dict[str, Any]) -> bool:
+        return len(first["episodes"]) == len(again["episodes"]) and all(
+            {k: b[k] for k in a} == a for a, b in zip(first["episodes"], again["episodes"]))
+
+    firsts = ["SFT (handcoded demos, no RL, ALFWorld)"] + [f"{m} from SFT (s{s}, 20 steps, ALFWorld)"
+                                                           for m in ("gigpo", "hgpo") for s in (0, 1)]
+    pairs = [(runs(f), runs(f[:-1] + ", rebuilt 2026-12-06)")) for f in firsts]
+    names = ["the SFT"] + [f"{m} seed {s}" for m in ("GiGPO", "HGPO") for s in (0, 1)]
+    exact = [n for n, pair in zip(names, pairs) if all(same(a, b) for a, b in zip(*pair))]
+    games = sum(len(r["episodes"]) for r in pairs[0][1])
+    won = sum(e["won"] for pair in pairs for build in pair for r in build for e in r["episodes"])
+    return (f"{' and '.join(exact) or 'none'} {'gives its' if len(exact) == 1 else 'each give their'} first build's {games} evaluation "
+            f"episodes exactly, the other {len(names) - len(exact)} runs do not, and {won or 'no'} evaluation episode "
+            f"of either build wins")
+
+
 # Scripted rows a rerun cannot back-fill: ValueCorridor's episode outcome gained ``extra.best_doors`` after
 # 2026-11-23, so these two evals' reruns (same actions, same returns) are not their records' episodes.
 SCRIPTED_WITHOUT_TRANSCRIPTS = {"b62915ef40dd", "8f23f1e03f8c"}
@@ -410,6 +437,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("the 13-world 3.5M model on the bundled world", lambda: f"`test` EM\n{m('9f962900e1ed'):.3f}, a ratio of "
                                                              f"{m('351544a0725d') / m('9f962900e1ed'):.2f}"),
     ("the 13-world 3.5M model rebuilt", multiworld_rebuilt),
+    ("the 0.49M ALFWorld clone rebuilt", alfworld_rebuilt),
     ("search dependence of the SFT adapter",
      lambda: "falls from {:.3f} to {:.3f},\n{:.3f} and {:.3f}".format(
          rec(SFT_UNSEEN)["search_dependence"]["real"]["value"],

@@ -42,6 +42,9 @@ REPLY_TOKENS = 16
 DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     # the 0.64M from-scratch model: 2 steps leave it answering newlines
     "sft-searchqa.yaml": ("5dff12e06f47", [7.65, 7.039], ["\n" * 16, "\n" * 16]),
+    # the 0.49M ALFWorld clone (the hand-coded expert's won train games), recorded 2026-12-06 when it was rebuilt:
+    # its 2 steps leave it answering newlines too, so the digest and the losses carry this pin
+    "sft-alfworld.yaml": ("b70f9e68608c", [6.391, 5.99], ["\n" * 16, "\n" * 16]),
     # the 13-world 3.5M model (TWO_STAGE; it read in its first build, not in its rebuild): 13 worlds' oracle
     # demonstrations (the first 4 are the bundled world's, hence the SmolLM2 recipe's digest); its second stage trains
     # on from the first's small run. Recorded 2026-12-06
@@ -139,7 +142,7 @@ def _small_recipe(name: str, tmp: Path, model: Optional[Path], worlds: Path, alf
                                   "sft-smollm2-lora-webshop.yaml", "sft-smollm2-lora-webshop-reasons.yaml",
                                   "sft-smollm2-lora-webshop-rich.yaml",
                                   "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml",
-                                  "sft-smollm2-lora-alfworld-searcher.yaml"])
+                                  "sft-smollm2-lora-alfworld-searcher.yaml", "sft-alfworld.yaml"])
 def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
     recipe = _small_recipe(name, tmp_path, smollm2_model, worlds, alfworld_games)
     _check_small_sft_run(name, recipe)
@@ -377,29 +380,51 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
     assert got == RL_DRIFT[name], f"recorded now: {json.dumps(got)}"
 
 
-# ---- the 0.64M RL comparison's runs (benchmarks/llm_learning.py) -------------------------------------------------
+# ---- the runs of benchmarks/llm_learning.py's comparisons -------------------------------------------------------
 
-#: benchmarks/llm_learning.py trains every arm of the 0.64M comparison from recipes/cpu/grpo-tiny-searchqa.yaml with
-#: the method's estimator set (its METHODS), from the committed full 0.64M SFT model (no adapter). The nine runs
-#: rebuilt on 2026-12-05 are committed (data/checkpoints/<method>-searchqa-0.64m-s<seed>), so each arm's first step
-#: is pinned like a recipe: RL_SMALL's one task x G = 4, float32, one thread; tokens, return, searches, loss, grad
-#: norm and weight change. The recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
+#: benchmarks/llm_learning.py trains every arm of a comparison from one recipe with the method's estimator set (its
+#: METHODS), from the committed full SFT model the recipe names (no adapter). Two comparisons' runs are committed:
+#: the 0.64M SearchQA model's nine (grpo-tiny-searchqa.yaml, rebuilt 2026-12-05:
+#: data/checkpoints/<method>-searchqa-0.64m-s<seed>) and the 0.49M ALFWorld clone's four (gigpo-sft-alfworld.yaml,
+#: rebuilt 2026-12-06: data/checkpoints/<method>-alfworld-0.49m-s<seed>). So each arm's first step is pinned like a
+#: recipe: RL_SMALL's one task x G = 4, float32, one thread; tokens, return, searches, loss, grad norm and weight
+#: change. The SearchQA recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
 TINY_METHODS = ("grpo", "stratified", "stratified+hadw")  # the benchmark's SEARCHQA_METHODS; METHODS gives the estimator
+ALFWORLD_METHODS = ("gigpo", "hgpo")  # the ALFWorld comparison's (docs/llm-learning.md, "ALFWorld")
+
+
+def _bench_arm(recipe: str, method: str) -> str:
+    return f"{recipe} with benchmarks/llm_learning.py's {method} estimator"
 
 
 def _tiny_arm(method: str) -> str:
-    return f"grpo-tiny-searchqa.yaml with benchmarks/llm_learning.py's {method} estimator"
+    return _bench_arm("grpo-tiny-searchqa.yaml", method)
 
 
-TINY_RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {  # recorded 2026-12-05
+def _alfworld_arm(method: str) -> str:
+    return _bench_arm("gigpo-sft-alfworld.yaml", method)
+
+
+BENCH_ARMS: dict[str, tuple[str, str]] = {
+    **{_tiny_arm(m): ("grpo-tiny-searchqa.yaml", m) for m in TINY_METHODS},
+    **{_alfworld_arm(m): ("gigpo-sft-alfworld.yaml", m) for m in ALFWORLD_METHODS},
+}
+
+BENCH_RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
+    # recorded 2026-12-05
     _tiny_arm("grpo"): (704, 0.5, 3.0, 0.0, 0.3745, 0.1453),
     _tiny_arm("stratified"): (704, 0.5, 3.0, 0.0, 0.4325, 0.1461),
     _tiny_arm("stratified+hadw"): (704, 0.5, 3.0, 0.0, 0.5622, 0.1476),
+    # recorded 2026-12-06 from the rebuilt data/checkpoints/sft-alfworld: the same 4 copies of one train game for both
+    # arms, all lost (return 0), so every advantage comes from the invalid-command penalty through the estimator's
+    # step groups, and the estimators alone move the loss, the gradient and the weights
+    _alfworld_arm("gigpo"): (2659, 0.0, 0.0, 0.002077, 0.04227, 0.1326),
+    _alfworld_arm("hgpo"): (2659, 0.0, 0.0, 0.04843, 0.1316, 0.1364),
 }
 
 
-@pytest.mark.parametrize("method", TINY_METHODS)
-def test_tiny_rl_arm_first_step_gives_its_recorded_figures(method, tmp_path):
+@pytest.mark.parametrize("name", list(BENCH_ARMS))
+def test_benchmark_rl_arm_first_step_gives_its_recorded_figures(name, tmp_path):
     import torch
 
     from stratagym.training.config import load_recipe
@@ -407,9 +432,9 @@ def test_tiny_rl_arm_first_step_gives_its_recorded_figures(method, tmp_path):
 
     bench = load_script(REPO / "benchmarks" / "llm_learning.py", "llm_learning_bench")
     assert tuple(bench.SEARCHQA_METHODS) == TINY_METHODS
+    recipe_name, method = BENCH_ARMS[name]
     estimator, kwargs = bench.METHODS[method]  # the arm as the benchmark builds it, not a copy of it
-    name = _tiny_arm(method)
-    recipe = load_recipe(REPO / "recipes" / "cpu" / "grpo-tiny-searchqa.yaml",
+    recipe = load_recipe(REPO / "recipes" / "cpu" / recipe_name,
                          {**RL_SMALL, "algorithm.estimator": estimator, "algorithm.estimator_kwargs": kwargs,
                           "train.output_dir": str(tmp_path / "run")})
     threads = torch.get_num_threads()
@@ -422,13 +447,14 @@ def test_tiny_rl_arm_first_step_gives_its_recorded_figures(method, tmp_path):
     finally:
         trainer.close()
         torch.set_num_threads(threads)
-    # the loss is a token mean of advantages that cancel (every sample here has the same length): float noise
-    # around 0 (-5.5e-09), so it is pinned to 6 decimals, not to 4 significant digits
+    # a loss that is a token mean of advantages that cancel (SearchQA's samples here all have the same length) is
+    # float noise around 0 (-5.5e-09), so a loss that small is pinned to 6 decimals, not to 4 significant digits
+    loss = row["loss/loss"]
     got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row["rollout/search_count"]),
-           round(row["loss/loss"], 6) + 0.0, _sig(row["optim/grad_norm"]), _sig(moved))
-    if name not in TINY_RL_DRIFT:
+           round(loss, 6) + 0.0 if abs(loss) < 1e-4 else _sig(loss), _sig(row["optim/grad_norm"]), _sig(moved))
+    if name not in BENCH_RL_DRIFT:
         pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
-    assert got == TINY_RL_DRIFT[name], f"recorded now: {json.dumps(got)}"
+    assert got == BENCH_RL_DRIFT[name], f"recorded now: {json.dumps(got)}"
 
 
 # ---- the WebShop RL recipes (issue 48 item 3) ------------------------------------------------------------------
@@ -519,6 +545,7 @@ RL_ADAPTERS: dict[str, str] = {
     **{f"study-hops-stratified-smollm2-lora-searchqa-s{s}": "stratified-smollm2-lora-searchqa.yaml" for s in range(3)},
     **{f"study-hops-hadw-smollm2-lora-searchqa-s{s}": HADW_ARM for s in range(3)},
     **{f"{m.replace('+', '-')}-searchqa-0.64m-s{s}": _tiny_arm(m) for s in range(3) for m in TINY_METHODS},
+    **{f"{m}-alfworld-0.49m-s{s}": _alfworld_arm(m) for s in range(2) for m in ALFWORLD_METHODS},
 }
 
 
@@ -537,7 +564,7 @@ def test_every_committed_adapter_was_built_by_a_pinned_recipe():
     """Issue 50 item 4: each recipe behind a committed checkpoint has a drift pin, its own or (a variant) its base's."""
     from stratagym.provenance import read_provenance
 
-    pinned = set(DRIFT) | set(RL_DRIFT) | set(TINY_RL_DRIFT) | set(WEBSHOP_RL_ADVANTAGES)
+    pinned = set(DRIFT) | set(RL_DRIFT) | set(BENCH_RL_DRIFT) | set(WEBSHOP_RL_ADVANTAGES)
     by_name = _recipes_by_name()
     unpinned = []
     for folder in sorted(p for p in (REPO / "data" / "checkpoints").iterdir() if p.is_dir()):
