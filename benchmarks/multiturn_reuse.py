@@ -4,7 +4,7 @@ generation (``policy.prefix_cache``), dropping finished rows from decoding, and 
 scoring (``policy.shared_history_scoring``).
 
     OMP_NUM_THREADS=1 python benchmarks/multiturn_reuse.py [--recipe recipes/cpu/grpo-tiny-searchqa.yaml]
-        [--model runs/checkpoints/sft-searchqa-4m] [--steps 4] [--warmup 1]
+        [--model data/checkpoints/sft-searchqa-4m] [--steps 4] [--warmup 1]
 
 Two trainers built from the same recipe, one with both settings off (every turn's prompt prefilled and
 scored whole, and finished rows decoded to the end of the batch: the behaviour before them) and one with
@@ -80,7 +80,7 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--recipe", type=Path, default=REPO / "recipes/cpu/grpo-tiny-searchqa.yaml")
-    ap.add_argument("--model", default=None, help="override the recipe's policy.model (e.g. runs/checkpoints/sft-searchqa-4m)")
+    ap.add_argument("--model", default=None, help="override the recipe's policy.model (e.g. data/checkpoints/sft-searchqa-4m)")
     ap.add_argument("--steps", type=int, default=4, help="measured steps (after --warmup)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--smoke", action="store_true",

@@ -344,6 +344,20 @@ def alfworld_rebuilt() -> str:
             f"of either build wins")
 
 
+def sft_4m_third_build() -> str:
+    """The README's sentence on the bundled-world 3.5M SFT model's third build (2026-12-06): does it give the first
+    build's `test` answers (question, answer, score, searches, turns)?"""
+    first, third, unseen = rec("b2da99aaf3bc"), rec("e9f7bcc22cd4"), rec("1928f59c6b53")
+
+    def answers(r: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [(e["task_id"], e["extra"].get("answer"), e["score"], e["search_count"], e["turns"]) for e in r["episodes"]]
+
+    same = sum(a == b for a, b in zip(answers(first), answers(third)))
+    return (f"gives {'the' if same == len(first['episodes']) else f'{same} of the'} first build's "
+            f"{len(first['episodes'])} `test` answers exactly (EM {m('e9f7bcc22cd4'):.3f}; `test_unseen` EM "
+            f"{m('1928f59c6b53'):.3f})")
+
+
 # Scripted rows a rerun cannot back-fill: ValueCorridor's episode outcome gained ``extra.best_doors`` after
 # 2026-11-23, so these two evals' reruns (same actions, same returns) are not their records' episodes.
 SCRIPTED_WITHOUT_TRANSCRIPTS = {"b62915ef40dd", "8f23f1e03f8c"}
@@ -438,6 +452,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                                                              f"{m('351544a0725d') / m('9f962900e1ed'):.2f}"),
     ("the 13-world 3.5M model rebuilt", multiworld_rebuilt),
     ("the 0.49M ALFWorld clone rebuilt", alfworld_rebuilt),
+    ("the bundled-world 3.5M SFT model's third build", sft_4m_third_build),
     ("search dependence of the SFT adapter",
      lambda: "falls from {:.3f} to {:.3f},\n{:.3f} and {:.3f}".format(
          rec(SFT_UNSEEN)["search_dependence"]["real"]["value"],
