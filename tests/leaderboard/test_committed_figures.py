@@ -346,16 +346,11 @@ def alfworld_rebuilt() -> str:
 
 def sft_4m_third_build() -> str:
     """The README's sentence on the bundled-world 3.5M SFT model's third build (2026-12-06): does it give the first
-    build's `test` answers (question, answer, score, searches, turns)?"""
-    first, third, unseen = rec("b2da99aaf3bc"), rec("e9f7bcc22cd4"), rec("1928f59c6b53")
-
-    def answers(r: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return [(e["task_id"], e["extra"].get("answer"), e["score"], e["search_count"], e["turns"]) for e in r["episodes"]]
-
-    same = sum(a == b for a, b in zip(answers(first), answers(third)))
-    return (f"gives {'the' if same == len(first['episodes']) else f'{same} of the'} first build's "
-            f"{len(first['episodes'])} `test` answers exactly (EM {m('e9f7bcc22cd4'):.3f}; `test_unseen` EM "
-            f"{m('1928f59c6b53'):.3f})")
+    build's `test` answers (:func:`record_answers`)?"""
+    first, third = answers("b2da99aaf3bc"), answers("e9f7bcc22cd4")
+    same = sum(first[t] == third.get(t) for t in first)
+    return (f"gives {'the' if same == len(first) else f'{same} of the'} first build's {len(first)} `test` answers "
+            f"exactly (EM {m('e9f7bcc22cd4'):.3f}; `test_unseen` EM {m('1928f59c6b53'):.3f})")
 
 
 # Scripted rows a rerun cannot back-fill: ValueCorridor's episode outcome gained ``extra.best_doors`` after
