@@ -190,14 +190,16 @@ def warm_verdicts() -> str:
 
 
 @lru_cache(maxsize=None)
-def _hops() -> dict[str, int]:
+def _hops(split: str = "test_unseen") -> dict[str, int]:
     from stratagym.envs.search_qa.data import load_qa
 
-    return {ex.id: int(ex.hops) for ex in load_qa("bundled", "test_unseen")}
+    return {ex.id: int(ex.hops) for ex in load_qa("bundled", split)}
 
 
-def em_by_hops(prefix: str, hops: int) -> float:
-    eps = [e for e in rec(prefix)["episodes"] if _hops()[e["task_id"]] == hops]
+def em_by_hops(prefix: str | dict[str, Any], hops: int) -> float:
+    """EM on the questions with ``hops`` hops of a record (a board record id prefix, or the record itself)."""
+    r = rec(prefix) if isinstance(prefix, str) else prefix
+    eps = [e for e in r["episodes"] if _hops(r["split"])[e["task_id"]] == hops]
     return sum(float(e["extra"]["em"]) for e in eps) / len(eps)
 
 
@@ -353,6 +355,47 @@ def sft_4m_third_build() -> str:
             f"exactly (EM {m('e9f7bcc22cd4'):.3f}; `test_unseen` EM {m('1928f59c6b53'):.3f})")
 
 
+METHODS_4M = ("grpo", "stratified", "stratified+hadw")
+
+
+def _4m_rows(build: str, split: str) -> list[dict[str, Any]]:
+    """The 3.5M comparison's nine RL rows of one build on one split, in METHODS_4M x seed order."""
+    by_label = {(r["agent"]["label"], r["split"]): r for r in map(_load, ROOT.glob("leaderboard/records/*.json"))}
+    return [by_label[(f"{m} from SFT (s{s}, 60 steps, {build})", split)] for m in METHODS_4M for s in range(3)]
+
+
+def rl_4m_third_build() -> str:
+    """The README's row for the 3.5M comparison from the third SFT build (2026-12-06): the mean paired `test` EM change
+    of its nine runs [range], the same on `test_unseen`, and how many runs give their first build's 500 answers."""
+    gains = {}
+    for split, sft in (("test", "e9f7bcc22cd4"), ("test_unseen", "1928f59c6b53")):
+        gains[split] = [(float(r["metrics"]["em"]["value"]) - m(sft)) * 100 for r in _4m_rows("3.5M rebuilt 2026-12-06", split)]
+    third, first = _4m_rows("3.5M rebuilt 2026-12-06", "test"), _4m_rows("3.5M", "test")
+    exact = sum(record_answers(a) == record_answers(b) for a, b in zip(first, third))
+    t, u = gains["test"], gains["test_unseen"]
+    return (f"{sum(t) / 9:+.1f} points [{min(t):+.1f}, {max(t):+.1f}]; {exact} of 9 runs {'gives its' if exact == 1 else 'give their'} "
+            f"first build's 500 answers exactly | {sum(u) / 9:+.1f} points (all 9 runs: {min(u) / 100 + m('1928f59c6b53'):.3f}-{max(u) / 100 + m('1928f59c6b53'):.3f})")
+
+
+def rl_4m_third_build_reading() -> str:
+    """The README's reading of the same nine runs: each method's `test` gain over its 3 runs (unit: the run), 2-hop
+    EM before and after RL, and the most `test` answers any run keeps under a retriever ablation."""
+    from stratagym.leaderboard.compare import compare_metric
+
+    runs = _4m_rows("3.5M rebuilt 2026-12-06", "test")
+    gained = sum(float(r["metrics"]["em"]["value"]) > m("e9f7bcc22cd4") for r in runs)
+    per_method = []
+    for i, name in enumerate(("GRPO", "Stratified", "+ HA-DW")):
+        d = compare_metric([(rec("e9f7bcc22cd4"), r) for r in runs[3 * i:3 * i + 3]], "em").run_level["seed_diff"]
+        per_method.append(f"{name} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+    two_hop = [em_by_hops(r, 2) for r in runs]
+    return (f"{gained} of 9 runs gain on\n`test` (per method over the 3 runs, unit: the run: {', '.join(per_method[:2])},\n"
+            f"{per_method[2]}), again mostly by dropping the third search on 2-hop questions (2-hop EM "
+            f"{em_by_hops('e9f7bcc22cd4', 2):.2f} ->\n{min(two_hop):.2f}-{max(two_hop):.2f}), and none reads the unseen world; "
+            f"with no retrieval, a random passage or another question's gold passage\nno run keeps more than "
+            f"{most_kept_under_ablation(runs):.0f} of its 500 `test` answers")
+
+
 # Scripted rows a rerun cannot back-fill: ValueCorridor's episode outcome gained ``extra.best_doors`` after
 # 2026-11-23, so these two evals' reruns (same actions, same returns) are not their records' episodes.
 SCRIPTED_WITHOUT_TRANSCRIPTS = {"b62915ef40dd", "8f23f1e03f8c"}
@@ -448,6 +491,8 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("the 13-world 3.5M model rebuilt", multiworld_rebuilt),
     ("the 0.49M ALFWorld clone rebuilt", alfworld_rebuilt),
     ("the bundled-world 3.5M SFT model's third build", sft_4m_third_build),
+    ("the 3.5M RL comparison from the third SFT build", rl_4m_third_build),
+    ("the 3.5M RL comparison from the third SFT build, read", rl_4m_third_build_reading),
     ("search dependence of the SFT adapter",
      lambda: "falls from {:.3f} to {:.3f},\n{:.3f} and {:.3f}".format(
          rec(SFT_UNSEEN)["search_dependence"]["real"]["value"],

@@ -387,12 +387,15 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
 # ---- the runs of benchmarks/llm_learning.py's comparisons -------------------------------------------------------
 
 #: benchmarks/llm_learning.py trains every arm of a comparison from one recipe with the method's estimator set (its
-#: METHODS), from the committed full SFT model the recipe names (no adapter). Two comparisons' runs are committed:
+#: METHODS), from the committed full SFT model the recipe names (no adapter). Three comparisons' runs are committed:
 #: the 0.64M SearchQA model's nine (grpo-tiny-searchqa.yaml, rebuilt 2026-12-05:
-#: data/checkpoints/<method>-searchqa-0.64m-s<seed>) and the 0.49M ALFWorld clone's four (gigpo-sft-alfworld.yaml,
-#: rebuilt 2026-12-06: data/checkpoints/<method>-alfworld-0.49m-s<seed>). So each arm's first step is pinned like a
-#: recipe: RL_SMALL's one task x G = 4, float32, one thread; tokens, return, searches, loss, grad norm and weight
-#: change. The SearchQA recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
+#: data/checkpoints/<method>-searchqa-0.64m-s<seed>), the 0.49M ALFWorld clone's four (gigpo-sft-alfworld.yaml,
+#: rebuilt 2026-12-06: data/checkpoints/<method>-alfworld-0.49m-s<seed>) and the 3.5M SearchQA model's nine from its
+#: third SFT build (grpo-4m-searchqa.yaml, 2026-12-06: data/checkpoints/<method>-searchqa-3.5m-s<seed>; the benchmark
+#: ran them as grpo-tiny-searchqa.yaml with --sft data/checkpoints/sft-searchqa-4m --set optim.lr=1.0e-4, which is
+#: grpo-4m-searchqa.yaml but for the name, output folder and saving / mid-run eval / logging, which the benchmark sets
+#: anyway). So each arm's first step is pinned like a recipe: RL_SMALL's one task x G = 4, float32, one thread; tokens, return, searches, loss, grad norm
+#: and weight change. The SearchQA recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
 TINY_METHODS = ("grpo", "stratified", "stratified+hadw")  # the benchmark's SEARCHQA_METHODS; METHODS gives the estimator
 ALFWORLD_METHODS = ("gigpo", "hgpo")  # the ALFWorld comparison's (docs/llm-learning.md, "ALFWorld")
 
@@ -409,9 +412,14 @@ def _alfworld_arm(method: str) -> str:
     return _bench_arm("gigpo-sft-alfworld.yaml", method)
 
 
+def _searchqa_4m_arm(method: str) -> str:
+    return _bench_arm("grpo-4m-searchqa.yaml", method)
+
+
 BENCH_ARMS: dict[str, tuple[str, str]] = {
     **{_tiny_arm(m): ("grpo-tiny-searchqa.yaml", m) for m in TINY_METHODS},
     **{_alfworld_arm(m): ("gigpo-sft-alfworld.yaml", m) for m in ALFWORLD_METHODS},
+    **{_searchqa_4m_arm(m): ("grpo-4m-searchqa.yaml", m) for m in TINY_METHODS},
 }
 
 BENCH_RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
@@ -424,6 +432,11 @@ BENCH_RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     # step groups, and the estimators alone move the loss, the gradient and the weights
     _alfworld_arm("gigpo"): (2659, 0.0, 0.0, 0.002077, 0.04227, 0.1326),
     _alfworld_arm("hgpo"): (2659, 0.0, 0.0, 0.04843, 0.1316, 0.1364),
+    # recorded 2026-12-06 from the committed data/checkpoints/sft-searchqa-4m (its third build): one question's 4
+    # samples, half right, so the three estimators give the same rollout different losses and gradients
+    _searchqa_4m_arm("grpo"): (565, 0.5, 2.0, -0.2887, 1.597, 0.1861),
+    _searchqa_4m_arm("stratified"): (565, 0.5, 2.0, -0.1333, 0.7378, 0.1857),
+    _searchqa_4m_arm("stratified+hadw"): (565, 0.5, 2.0, -0.1733, 0.9591, 0.1861),
 }
 
 
@@ -550,6 +563,7 @@ RL_ADAPTERS: dict[str, str] = {
     **{f"study-hops-hadw-smollm2-lora-searchqa-s{s}": HADW_ARM for s in range(3)},
     **{f"{m.replace('+', '-')}-searchqa-0.64m-s{s}": _tiny_arm(m) for s in range(3) for m in TINY_METHODS},
     **{f"{m}-alfworld-0.49m-s{s}": _alfworld_arm(m) for s in range(2) for m in ALFWORLD_METHODS},
+    **{f"{m.replace('+', '-')}-searchqa-3.5m-s{s}": _searchqa_4m_arm(m) for s in range(3) for m in TINY_METHODS},
 }
 
 
