@@ -491,6 +491,9 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("the 13-world 3.5M model rebuilt", multiworld_rebuilt),
     ("the 0.49M ALFWorld clone rebuilt", alfworld_rebuilt),
     ("the bundled-world 3.5M SFT model's third build", sft_4m_third_build),
+    ("the first 3.5M build's 2-hop repair",
+     lambda: "(2-hop EM {:.2f} -> {:.2f}-{:.2f} over its nine runs)".format(
+         em_by_hops("b2da99aaf3bc", 2), *(f(em_by_hops(r, 2) for r in _4m_rows("3.5M", "test")) for f in (min, max)))),
     ("the 3.5M RL comparison from the third SFT build", rl_4m_third_build),
     ("the 3.5M RL comparison from the third SFT build, read", rl_4m_third_build_reading),
     ("search dependence of the SFT adapter",
@@ -549,7 +552,6 @@ UNBACKED: dict[str, str] = {
     "success 0.99 vs 0.59": "the demo's own SearchArchives rows: `make demo` recomputes them into runs/bench",
     "EM 0.32 on the demo": "the demo's SFT rows (runs/bench); `make demo` recomputes them",
     "EM 0.42 on the 50": "the demo's SmolLM2 row on 50 questions (runs/bench); `make demo` recomputes it",
-    "2-hop EM 0.03 -> ~0.52": "the first 3.5M build's by-hop figures: its checkpoints and per-hop evals were never committed",
 }
 
 
