@@ -394,8 +394,8 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
 #: third SFT build (grpo-4m-searchqa.yaml, 2026-12-06: data/checkpoints/<method>-searchqa-3.5m-s<seed>; the benchmark
 #: ran them as grpo-tiny-searchqa.yaml with --sft data/checkpoints/sft-searchqa-4m --set optim.lr=1.0e-4, which is
 #: grpo-4m-searchqa.yaml but for the name, output folder and saving / mid-run eval / logging, which the benchmark sets
-#: anyway). So each arm's first step is pinned like a recipe: RL_SMALL's one task x G = 4, float32, one thread; tokens, return, searches, loss, grad norm
-#: and weight change. The SearchQA recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
+#: anyway). So each arm's first step is pinned like a recipe: RL_SMALL's one task x G = 4, float32, one thread;
+#: tokens, return, searches, loss, grad norm and weight change. The SearchQA recipe's DAPO dynamic sampling stays on (a tied group is redrawn, up to 4 draws).
 TINY_METHODS = ("grpo", "stratified", "stratified+hadw")  # the benchmark's SEARCHQA_METHODS; METHODS gives the estimator
 ALFWORLD_METHODS = ("gigpo", "hgpo")  # the ALFWorld comparison's (docs/llm-learning.md, "ALFWorld")
 
