@@ -358,10 +358,22 @@ def sft_4m_third_build() -> str:
 METHODS_4M = ("grpo", "stratified", "stratified+hadw")
 
 
+@lru_cache(maxsize=None)
+def _board_by_label() -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every board record by (agent label, split), read once for all the claims that look rows up by label."""
+    index: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in map(_load, sorted(ROOT.glob("leaderboard/records/*.json"))):
+        index.setdefault((r["agent"]["label"], r["split"]), []).append(r)
+    return index
+
+
 def _4m_rows(build: str, split: str) -> list[dict[str, Any]]:
     """The 3.5M comparison's nine RL rows of one build on one split, in METHODS_4M x seed order."""
-    by_label = {(r["agent"]["label"], r["split"]): r for r in map(_load, ROOT.glob("leaderboard/records/*.json"))}
-    return [by_label[(f"{m} from SFT (s{s}, 60 steps, {build})", split)] for m in METHODS_4M for s in range(3)]
+    rows = []
+    for label in (f"{m} from SFT (s{s}, 60 steps, {build})" for m in METHODS_4M for s in range(3)):
+        (row,) = _board_by_label()[(label, split)]  # one row per label and split, or the claim is ambiguous
+        rows.append(row)
+    return rows
 
 
 def rl_4m_third_build() -> str:
