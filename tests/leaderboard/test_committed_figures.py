@@ -144,6 +144,12 @@ def test_a_rebuilt_study_says_it_is_a_reproduction_of_its_registered_study(folde
 
 
 @lru_cache(maxsize=None)
+def _board() -> tuple[dict[str, Any], ...]:
+    """Every committed board record, read once for all the claims that scan the board."""
+    return tuple(map(_load, sorted(ROOT.glob("leaderboard/records/*.json"))))
+
+
+@lru_cache(maxsize=None)
 def rec(prefix: str) -> dict[str, Any]:
     """The board record whose id starts with ``prefix`` (the 12 characters ending its file name)."""
     (path,) = ROOT.glob(f"leaderboard/records/*__{prefix}.json")
@@ -323,7 +329,7 @@ def alfworld_rebuilt() -> str:
     """The README's sentence on the 0.49M ALFWorld clone and its four RL runs rebuilt on 2026-12-06: which give their
     first build's evaluation episodes exactly (both splits; fields the older records lack, such as ``prompt_cuts``,
     are not compared) and that no run of either build wins a game."""
-    board = [_load(p) for p in sorted(ROOT.glob("leaderboard/records/*__stratagym-alfworld-v0__*.json"))]
+    board = [r for r in _board() if r["env"]["id"] == "stratagym/ALFWorld-v0"]
 
     def runs(label: str) -> list[dict[str, Any]]:
         found = sorted((r for r in board if r["agent"].get("label") == label), key=lambda r: r["split"])
@@ -362,7 +368,7 @@ METHODS_4M = ("grpo", "stratified", "stratified+hadw")
 def _board_by_label() -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Every board record by (agent label, split), read once for all the claims that look rows up by label."""
     index: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in map(_load, sorted(ROOT.glob("leaderboard/records/*.json"))):
+    for r in _board():
         index.setdefault((r["agent"]["label"], r["split"]), []).append(r)
     return index
 
@@ -418,7 +424,7 @@ SCRIPTED_WITHOUT_TRANSCRIPTS = {"b62915ef40dd", "8f23f1e03f8c"}
 def board_transcripts() -> str:
     """The README's count of board rows with transcripts; every row whose checkpoint is committed is among them, and
     every scripted agent's row (a rerun gives it back exactly) but SCRIPTED_WITHOUT_TRANSCRIPTS."""
-    board = [_load(p) for p in sorted(ROOT.glob("leaderboard/records/*.json"))]
+    board = _board()
     for r in board:
         spec = str(r["agent"].get("spec") or "")
         if spec.startswith("data/checkpoints/") and (ROOT / spec).is_dir():
@@ -433,7 +439,7 @@ def board_transcripts() -> str:
 def smollm2_search_dependence() -> str:
     """The README's count of SmolLM2 SearchQA rows with a search-dependence block, and the most answers any of them
     keeps under an ablation."""
-    rows = [r for r in map(_load, sorted(ROOT.glob("leaderboard/records/*.json")))
+    rows = [r for r in _board()
             if r.get("search_dependence") and "smollm2" in r["agent"]["label"].lower()]
     kept = most_kept_under_ablation(rows)
     return f"({len(rows)} SmolLM2 rows, RL adapters included: at most {kept:.0f} of 200 answers survive any ablation)"
