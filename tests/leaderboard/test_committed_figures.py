@@ -481,6 +481,24 @@ def webshop_rl() -> str:
         won.pooled.diff)
 
 
+#: HGPO K=2, seed 0, from the same SFT adapter (2026-12-06): the first run of the second arm; GRPO not run yet
+WEBSHOP_HGPO2_S0 = "8067ee1a7737"
+
+
+def webshop_rl_hgpo() -> str:
+    """The README's HGPO K=2 clause: its seed-0 adapter's score and success, paired over the 100 goals against the
+    SFT adapter and against GiGPO's seed 0 (seed with seed, as registered; one seed of each arm draws no verdict)."""
+    from stratagym.leaderboard.compare import compare_metric
+
+    hgpo = rec(WEBSHOP_HGPO2_S0)
+    vs_sft = compare_metric([(rec(WEBSHOP_SFT180), hgpo)], "score").per_record[0]
+    vs_gigpo = compare_metric([(rec(WEBSHOP_GIGPO[0]), hgpo)], "score").per_record[0]
+    return ("HGPO K=2 seed 0 scores {:.1f}, success {:.2f}: {:+.1f} points [{:+.1f}, {:+.1f}] over the SFT adapter and\n"
+            "{:+.1f} [{:+.1f}, {:+.1f}] against GiGPO seed 0, over the 100 goals").format(
+        m(WEBSHOP_HGPO2_S0, "score") * 100, m(WEBSHOP_HGPO2_S0, "success"),
+        *(100 * x for x in (vs_sft.diff, vs_sft.ci_low, vs_sft.ci_high, vs_gigpo.diff, vs_gigpo.ci_low, vs_gigpo.ci_high)))
+
+
 #: README text -> how it is written from committed records.
 CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("SFT on unseen and bundled questions",
@@ -539,6 +557,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
         100 * m('3930915f749e', 'score') / m('036d0a6bb691', 'score'))),
     ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
     ("WebShop RL, GiGPO", webshop_rl),
+    ("WebShop RL, HGPO K=2 seed 0", webshop_rl_hgpo),
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
              f"random {m('4a7cbe79c8aa', 'score') * 100:.1f}"),
