@@ -487,16 +487,23 @@ WEBSHOP_HGPO2_S0 = "8067ee1a7737"
 
 def webshop_rl_hgpo() -> str:
     """The README's HGPO K=2 clause: its seed-0 adapter's score and success, paired over the 100 goals against the
-    SFT adapter and against GiGPO's seed 0 (seed with seed, as registered; one seed of each arm draws no verdict)."""
+    SFT adapter and against GiGPO's seed 0 (seed with seed, as registered; one seed of each arm draws no verdict),
+    and the goals it moved and the wins it lost against the SFT adapter."""
     from stratagym.leaderboard.compare import compare_metric
 
     hgpo = rec(WEBSHOP_HGPO2_S0)
     vs_sft = compare_metric([(rec(WEBSHOP_SFT180), hgpo)], "score").per_record[0]
     vs_gigpo = compare_metric([(rec(WEBSHOP_GIGPO[0]), hgpo)], "score").per_record[0]
+    won_vs_sft = compare_metric([(rec(WEBSHOP_SFT180), hgpo)], "won").per_record[0]
+    moved_by_gigpo = [c.wins + c.losses for c in
+                      compare_metric([(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_GIGPO], "score").per_record]
+    assert vs_sft.wins + vs_sft.losses > max(moved_by_gigpo)  # "it moved more goals than GiGPO"
     return ("HGPO K=2 seed 0 scores {:.1f}, success {:.2f}: {:+.1f} points [{:+.1f}, {:+.1f}] over the SFT adapter and\n"
-            "{:+.1f} [{:+.1f}, {:+.1f}] against GiGPO seed 0, over the 100 goals").format(
+            "{:+.1f} [{:+.1f}, {:+.1f}] against GiGPO seed 0, over the 100 goals; it moved more goals than GiGPO "
+            "({} worse, {} better than SFT) and\nwon {} fewer").format(
         m(WEBSHOP_HGPO2_S0, "score") * 100, m(WEBSHOP_HGPO2_S0, "success"),
-        *(100 * x for x in (vs_sft.diff, vs_sft.ci_low, vs_sft.ci_high, vs_gigpo.diff, vs_gigpo.ci_low, vs_gigpo.ci_high)))
+        *(100 * x for x in (vs_sft.diff, vs_sft.ci_low, vs_sft.ci_high, vs_gigpo.diff, vs_gigpo.ci_low, vs_gigpo.ci_high)),
+        vs_sft.losses, vs_sft.wins, round(-won_vs_sft.diff * won_vs_sft.n))
 
 
 #: README text -> how it is written from committed records.
