@@ -240,9 +240,12 @@ VARIANTS = {
     "sft-smollm2-lora-searchqa-plan-s1.yaml": ("sft-smollm2-lora-searchqa-plan.yaml",
                                                {"name", "sft.seed", "output_dir", "export"}),
     # issue 48 item 3's other two WebShop RL arms: the estimator (and for HGPO K=2 the env's context_k, which moves
-    # no observation) alone differ from GiGPO's; each has its own advantages pinned (WEBSHOP_RL_ADVANTAGES)
+    # no observation) alone differ from GiGPO's; each has its own advantages pinned (WEBSHOP_RL_ADVANTAGES). GRPO's
+    # also raises rollout.parity_max (its seed 0 stops at step 2 on one bf16-rounded token; the recipe's header),
+    # which decides only whether a run stops, not any figure it computes
     "grpo-smollm2-lora-webshop.yaml": ("gigpo-smollm2-lora-webshop.yaml",
-                                       {"name", "algorithm.estimator", "algorithm.estimator_kwargs", "train.output_dir"}),
+                                       {"name", "algorithm.estimator", "algorithm.estimator_kwargs", "rollout.parity_max",
+                                        "train.output_dir"}),
     "hgpo2-smollm2-lora-webshop.yaml": ("gigpo-smollm2-lora-webshop.yaml",
                                         {"name", "algorithm.estimator", "algorithm.estimator_kwargs", "env.kwargs",
                                          "train.output_dir"}),
