@@ -481,7 +481,7 @@ def webshop_rl() -> str:
         won.pooled.diff)
 
 
-#: HGPO K=2, seed 0, from the same SFT adapter (2026-12-06): the first run of the second arm; GRPO not run yet
+#: HGPO K=2, seed 0, from the same SFT adapter (2026-12-06): the first run of the second arm; no GRPO run evaluated yet
 WEBSHOP_HGPO2_S0 = "8067ee1a7737"
 
 
