@@ -481,7 +481,7 @@ def webshop_rl() -> str:
         won.pooled.diff)
 
 
-#: HGPO K=2, seed 0, from the same SFT adapter (2026-12-06): the first run of the second arm; no GRPO run evaluated yet
+#: HGPO K=2, seed 0, from the same SFT adapter (2026-12-06): the first run of the second arm (seed 1 not run yet)
 WEBSHOP_HGPO2_S0 = "8067ee1a7737"
 
 
@@ -504,6 +504,55 @@ def webshop_rl_hgpo() -> str:
         m(WEBSHOP_HGPO2_S0, "score") * 100, m(WEBSHOP_HGPO2_S0, "success"),
         *(100 * x for x in (vs_sft.diff, vs_sft.ci_low, vs_sft.ci_high, vs_gigpo.diff, vs_gigpo.ci_low, vs_gigpo.ci_high)),
         vs_sft.losses, vs_sft.wins, round(-won_vs_sft.diff * won_vs_sft.n))
+
+
+#: GRPO, seeds 0 and 1, from the same SFT adapter (2026-12-06): the third arm, the estimator alone changed
+WEBSHOP_GRPO = ("63df2a063e29", "f253cf80956f")
+
+
+def webshop_rl_grpo() -> str:
+    """The README's GRPO clause: each seed's score and success, the gain over the SFT adapter over the goals (both
+    adapters' differences averaged per goal), and GiGPO against GRPO seed with seed with the registered reading."""
+    from stratagym.leaderboard.compare import compare_metric
+
+    vs_sft = compare_metric([(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_GRPO], "score").pooled
+    gigpo_vs = compare_metric([(rec(b), rec(n)) for b, n in zip(WEBSHOP_GRPO, WEBSHOP_GIGPO)], "score").per_record
+    gigpo_gain = compare_metric([(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_GIGPO], "score").pooled.diff
+    hgpo_gain = compare_metric([(rec(WEBSHOP_SFT180), rec(WEBSHOP_HGPO2_S0))], "score").per_record[0].diff
+    assert gigpo_gain > max(vs_sft.diff, hgpo_gain)  # "GiGPO has the largest mean gain over SFT"
+    return ("GRPO seeds 0 and 1 score {} and {}, success {} and {}: {:+.1f} points [{:+.1f}, {:+.1f}] over the SFT adapter\n"
+            "over the 100 goals. GiGPO against GRPO, seed with seed: {}; by the registered rule, {}").format(
+        *(f"{m(p, 'score') * 100:.1f}" for p in WEBSHOP_GRPO), *(f"{m(p, 'success'):.2f}" for p in WEBSHOP_GRPO),
+        *(100 * x for x in (vs_sft.diff, vs_sft.ci_low, vs_sft.ci_high)),
+        " and ".join(f"{100 * c.diff:+.1f} [{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}]" for c in gigpo_vs),
+        {"better": "GiGPO is the better arm", "worse": "GRPO is the better arm",
+         "not distinguished at 10 steps": "the two arms are not distinguished at 10 steps"}[
+            registered_arm_reading(WEBSHOP_GIGPO, WEBSHOP_GRPO)])
+
+
+def registered_arm_reading(new: tuple[str, ...], base: tuple[str, ...]) -> str:
+    """The rule docs/llm-learning.md registered for WebShop's RL arms before GRPO's and HGPO's evaluations ("Not yet
+    run"): the arms' step-10 adapters paired seed with seed on score over the 100 goals; an arm is better (worse) than
+    another only if the interval over goals excludes 0 in every seed's pairing and the differences share their sign,
+    whatever the point estimates; with one seed a side the rule gives no verdict."""
+    from stratagym.leaderboard.compare import compare_metric
+
+    per_seed = compare_metric([(rec(b), rec(n)) for b, n in zip(base, new, strict=True)], "score").per_record
+    if len(per_seed) < 2:
+        return "no verdict"
+    if all(c.ci_low > 0 for c in per_seed):
+        return "better"
+    if all(c.ci_high < 0 for c in per_seed):
+        return "worse"
+    return "not distinguished at 10 steps"
+
+
+def test_the_registered_arm_rule_on_the_runs_it_was_written_beside():
+    # GiGPO's two seeds each beat the SFT adapter with an interval over goals above 0 (+2.6 [+0.3, +5.9] and
+    # +1.8 [+0.2, +4.3], docs/llm-learning.md): by the rule, better; one HGPO seed against one GiGPO seed: no verdict
+    assert registered_arm_reading(WEBSHOP_GIGPO, (WEBSHOP_SFT180, WEBSHOP_SFT180)) == "better"
+    assert registered_arm_reading((WEBSHOP_SFT180, WEBSHOP_SFT180), WEBSHOP_GIGPO) == "worse"
+    assert registered_arm_reading((WEBSHOP_HGPO2_S0,), WEBSHOP_GIGPO[:1]) == "no verdict"
 
 
 #: README text -> how it is written from committed records.
@@ -565,6 +614,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("WebShop SFT in fp32", lambda: f"evaluated in fp32 {m('b9eb7ba19dc8', 'score') * 100:.1f}"),
     ("WebShop RL, GiGPO", webshop_rl),
     ("WebShop RL, HGPO K=2 seed 0", webshop_rl_hgpo),
+    ("WebShop RL, GRPO seeds 0 and 1, and GiGPO against it", webshop_rl_grpo),
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
              f"random {m('4a7cbe79c8aa', 'score') * 100:.1f}"),
