@@ -516,7 +516,7 @@ def webshop_rl_grpo() -> str:
     from stratagym.leaderboard.compare import compare_metric
 
     vs_sft = compare_metric([(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_GRPO], "score").pooled
-    gigpo_vs = compare_metric([(rec(b), rec(n)) for b, n in zip(WEBSHOP_GRPO, WEBSHOP_GIGPO)], "score").per_record
+    gigpo_vs = seed_with_seed(WEBSHOP_GIGPO, WEBSHOP_GRPO)
     gigpo_gain = compare_metric([(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_GIGPO], "score").pooled.diff
     hgpo_gain = compare_metric([(rec(WEBSHOP_SFT180), rec(WEBSHOP_HGPO2_S0))], "score").per_record[0].diff
     assert gigpo_gain > max(vs_sft.diff, hgpo_gain)  # "GiGPO has the largest mean gain over SFT"
@@ -527,17 +527,21 @@ def webshop_rl_grpo() -> str:
         " and ".join(f"{100 * c.diff:+.1f} [{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}]" for c in gigpo_vs),
         {"better": "GiGPO is the better arm", "worse": "GRPO is the better arm",
          "not distinguished at 10 steps": "the two arms are not distinguished at 10 steps"}[
-            registered_arm_reading(WEBSHOP_GIGPO, WEBSHOP_GRPO)])
+            registered_arm_reading(gigpo_vs)])
 
 
-def registered_arm_reading(new: tuple[str, ...], base: tuple[str, ...]) -> str:
-    """The rule docs/llm-learning.md registered for WebShop's RL arms before GRPO's and HGPO's evaluations ("Not yet
-    run"): the arms' step-10 adapters paired seed with seed on score over the 100 goals; an arm is better (worse) than
-    another only if the interval over goals excludes 0 in every seed's pairing and the differences share their sign,
-    whatever the point estimates; with one seed a side the rule gives no verdict."""
+def seed_with_seed(new: tuple[str, ...], base: tuple[str, ...]) -> tuple:
+    """Each new record paired with the base record of the same training seed, on score over the goals."""
     from stratagym.leaderboard.compare import compare_metric
 
-    per_seed = compare_metric([(rec(b), rec(n)) for b, n in zip(base, new, strict=True)], "score").per_record
+    return compare_metric([(rec(b), rec(n)) for b, n in zip(base, new, strict=True)], "score").per_record
+
+
+def registered_arm_reading(per_seed: tuple) -> str:
+    """The rule docs/llm-learning.md registered for WebShop's RL arms before GRPO's and HGPO's evaluations ("Not yet
+    run"), on the arms' step-10 adapters paired seed with seed (:func:`seed_with_seed`): an arm is better (worse) than
+    another only if the interval over goals excludes 0 in every seed's pairing and the differences share their sign,
+    whatever the point estimates; with one seed a side the rule gives no verdict."""
     if len(per_seed) < 2:
         return "no verdict"
     if all(c.ci_low > 0 for c in per_seed):
@@ -550,9 +554,9 @@ def registered_arm_reading(new: tuple[str, ...], base: tuple[str, ...]) -> str:
 def test_the_registered_arm_rule_on_the_runs_it_was_written_beside():
     # GiGPO's two seeds each beat the SFT adapter with an interval over goals above 0 (+2.6 [+0.3, +5.9] and
     # +1.8 [+0.2, +4.3], docs/llm-learning.md): by the rule, better; one HGPO seed against one GiGPO seed: no verdict
-    assert registered_arm_reading(WEBSHOP_GIGPO, (WEBSHOP_SFT180, WEBSHOP_SFT180)) == "better"
-    assert registered_arm_reading((WEBSHOP_SFT180, WEBSHOP_SFT180), WEBSHOP_GIGPO) == "worse"
-    assert registered_arm_reading((WEBSHOP_HGPO2_S0,), WEBSHOP_GIGPO[:1]) == "no verdict"
+    assert registered_arm_reading(seed_with_seed(WEBSHOP_GIGPO, (WEBSHOP_SFT180, WEBSHOP_SFT180))) == "better"
+    assert registered_arm_reading(seed_with_seed((WEBSHOP_SFT180, WEBSHOP_SFT180), WEBSHOP_GIGPO)) == "worse"
+    assert registered_arm_reading(seed_with_seed((WEBSHOP_HGPO2_S0,), WEBSHOP_GIGPO[:1])) == "no verdict"
 
 
 #: README text -> how it is written from committed records.
