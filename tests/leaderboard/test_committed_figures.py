@@ -521,7 +521,7 @@ def webshop_rl_grpo() -> str:
     hgpo_gain = compare_metric([(rec(WEBSHOP_SFT180), rec(WEBSHOP_HGPO2_S0))], "score").per_record[0].diff
     assert gigpo_gain > max(vs_sft.diff, hgpo_gain)  # "GiGPO has the largest mean gain over SFT"
     return ("GRPO seeds 0 and 1 score {} and {}, success {} and {}: {:+.1f} points [{:+.1f}, {:+.1f}] over the SFT adapter\n"
-            "over the 100 goals. GiGPO against GRPO, seed with seed: {}; by the registered rule, {}").format(
+            "over the 100 goals. GiGPO against GRPO, seed with seed, over the goals: {}; by the registered rule, {}").format(
         *(f"{m(p, 'score') * 100:.1f}" for p in WEBSHOP_GRPO), *(f"{m(p, 'success'):.2f}" for p in WEBSHOP_GRPO),
         *(100 * x for x in (vs_sft.diff, vs_sft.ci_low, vs_sft.ci_high)),
         " and ".join(f"{100 * c.diff:+.1f} [{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}]" for c in gigpo_vs),
