@@ -40,11 +40,15 @@ demo: setup
 # after the main suite. Fails if either fails. TEST_WORKERS=0 runs the main suite in one process. The main suite
 # lists its 25 slowest tests (--durations): the suite should stay well under 20 minutes, and that list says where
 # its time goes.
+# Both suites share build/test-shared for the run (STRATAGYM_TEST_SHARED: the SmolLM2 import, made once for all
+# three processes; tests/conftest.py), emptied before and removed after.
 TEST_WORKERS ?= 2
 test: setup setup-vllm
-	@mkdir -p build && rm -f build/vllm-tests.log build/vllm-tests.rc
-	@( $(VPY) -m pytest -q -m vllm tests/vllm_backend > build/vllm-tests.log 2>&1; echo $$? > build/vllm-tests.rc ) & \
+	@mkdir -p build && rm -f build/vllm-tests.log build/vllm-tests.rc && rm -rf build/test-shared
+	@export STRATAGYM_TEST_SHARED=$(CURDIR)/build/test-shared; \
+	( $(VPY) -m pytest -q -m vllm tests/vllm_backend > build/vllm-tests.log 2>&1; echo $$? > build/vllm-tests.rc ) & \
 	$(PY) -m pytest -q -m "not vllm" -n $(TEST_WORKERS) --dist worksteal --durations=25; main=$$?; wait; \
+	rm -rf build/test-shared; \
 	echo "== vLLM tests (.venv-vllm: $(VPY) -m pytest -q -m vllm tests/vllm_backend), run beside the main suite"; \
 	cat build/vllm-tests.log; vllm=$$(cat build/vllm-tests.rc); \
 	echo "main suite exit $$main, vLLM suite exit $$vllm"; test $$main -eq 0 && test $$vllm -eq 0

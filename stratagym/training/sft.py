@@ -122,7 +122,10 @@ class SFTTrain:
     """Optimisation (HF ``TrainingArguments`` names where they exist). ``threads``: torch CPU threads.
     ``epochs`` or ``max_steps`` (> 0 wins) sets the budget. ``fused_lm_head``: TRL's chunked LM-head
     loss kernel (it also logs entropy and token accuracy); off by default: logits only at the labelled
-    positions give the same loss for a fraction of the LM-head cost (see ``CompletionLogitsSFTTrainer``)."""
+    positions give the same loss for a fraction of the LM-head cost (see ``CompletionLogitsSFTTrainer``).
+    ``gradient_checkpointing``: recompute each layer's activations in the backward pass instead of keeping
+    them (TRL's ``SFTConfig`` default, kept here); off trades memory for a shorter step, with the same
+    losses (the recomputation is the same arithmetic)."""
 
     lr: float = 2e-3
     batch_size: int = 16
@@ -140,6 +143,7 @@ class SFTTrain:
     group_by_length: bool = True
     max_length: int = 2048
     fused_lm_head: bool = False
+    gradient_checkpointing: bool = True
 
 
 @dataclass
@@ -496,6 +500,7 @@ def run_sft(recipe: SFTRecipe, *, resume: bool = False, progress: bool = True, e
         train_sampling_strategy="group_by_length" if s.group_by_length else "random",
         max_length=s.max_length,
         completion_only_loss=True,
+        gradient_checkpointing=s.gradient_checkpointing,
         dataset_num_proc=None,
         # SFTConfig defaults to bf16, which runs ~4x slower on CPUs without bf16 matmul units: the recipe's
         # policy.dtype decides. A fully trained model computes under autocast over its fp32 weights; a LoRA

@@ -68,9 +68,7 @@ CORRIDOR_ADAPTER = REPO / "data" / "checkpoints" / "sft-smollm2-lora-valuecorrid
 # (task, episode seed) -> (best doors of 3, return), greedy, from the evaluation this adapter was committed with
 CORRIDOR_EXPECTED = {
     ("maze00", 0): (3, 0.2),
-    ("maze01", 0): (3, 0.2),
     ("maze00", 1): (2, 0.4),
-    ("maze01", 1): (2, 0.4),
 }
 
 
@@ -94,8 +92,10 @@ def test_corridor_adapter_keeps_the_format_and_reproduces_its_greedy_doors(smoll
 
     adapter = adapter_on_base(CORRIDOR_ADAPTER, smollm2_model, tmp_path)
 
-    record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/ValueCorridor-v0", n=2, seeds=[0, 1],
-                                 batch_size=4, env_kwargs={"context_k": 4}), progress=False)
+    # one maze under both seeds (2 x 12 turns of 28-token replies): the pin had maze01 too, which under each seed
+    # chose the doors maze00 did (3 and 2), for 30 s more of this, the suite's slowest test (2026-12-06)
+    record = evaluate(EvalConfig(agent=str(adapter), env_id="stratagym/ValueCorridor-v0", n=1, seeds=[0, 1],
+                                 batch_size=2, env_kwargs={"context_k": 4}), progress=False)
     got = {(e["task_id"], e["seed"]): (e["extra"]["best_doors"], round(e["total_reward"], 4)) for e in record["episodes"]}
     assert got == CORRIDOR_EXPECTED
     assert record["metrics"]["valid_ratio"]["value"] == 1.0 and all(e["turns"] == 12 for e in record["episodes"])
