@@ -15,7 +15,8 @@ small from the committed adapter it starts from (1 task, 4 copies, or 2 where :d
 1 thread), with what that step sampled (tokens, return, searches) and computed (loss, gradient norm, how far the
 LoRA weights moved). A change in sampling, the env, the prompt, the estimator, the loss or the optimizer moves one
 of them. The WebShop RL recipes share one small rollout and pin each recipe's advantages
-(:data:`WEBSHOP_RL_ADVANTAGES`), and a last test checks that every adapter in ``data/checkpoints`` was built by a recipe pinned here.
+(:data:`WEBSHOP_RL_ADVANTAGES`), and a last test checks that every adapter in ``data/checkpoints`` was built by a
+recipe pinned here.
 """
 
 from __future__ import annotations
