@@ -481,7 +481,7 @@ def webshop_rl() -> str:
         won.pooled.diff)
 
 
-#: HGPO K=2, seed 0, from the same SFT adapter (2026-12-06): the first run of the second arm (seed 1 not run yet)
+#: HGPO K=2, seed 0, from the same SFT adapter (2026-12-06): the first run of the second arm (both: WEBSHOP_HGPO2)
 WEBSHOP_HGPO2_S0 = "8067ee1a7737"
 
 
@@ -508,6 +508,36 @@ def webshop_rl_hgpo() -> str:
 
 #: GRPO, seeds 0 and 1, from the same SFT adapter (2026-12-06): the third arm, the estimator alone changed
 WEBSHOP_GRPO = ("63df2a063e29", "f253cf80956f")
+
+#: HGPO K=2, seeds 0 and 1 (seed 1 finished 2026-12-07): the second arm complete, the last of item 3's six runs
+WEBSHOP_HGPO2 = (WEBSHOP_HGPO2_S0, "cd48a4e484ee")
+
+_ARM_READING = {"better": "HGPO is the better arm", "worse": "{} is the better arm",
+                "not distinguished at 10 steps": "not distinguished at 10 steps"}
+
+
+def webshop_rl_hgpo_arm() -> str:
+    """The README's clause on HGPO K=2's two seeds: each seed's score and success, the gain over the SFT adapter over
+    the goals (both adapters' differences averaged per goal), and HGPO against GiGPO and against GRPO, seed with seed,
+    each with the registered reading; GiGPO keeps the largest mean gain over SFT of the three arms."""
+    from stratagym.leaderboard.compare import compare_metric
+
+    vs_sft = compare_metric([(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_HGPO2], "score").pooled
+    gigpo_gain = compare_metric([(rec(WEBSHOP_SFT180), rec(p)) for p in WEBSHOP_GIGPO], "score").pooled.diff
+    assert gigpo_gain > vs_sft.diff  # "GiGPO keeps the largest mean gain over SFT"
+
+    def against(base: tuple[str, ...], name: str) -> str:
+        per_seed = seed_with_seed(WEBSHOP_HGPO2, base)
+        return "{}: {}, {}".format(name, " and ".join(
+            f"{100 * c.diff:+.1f} [{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}]" for c in per_seed),
+            _ARM_READING[registered_arm_reading(per_seed)].format(name))
+
+    return ("HGPO K=2 seeds 0 and 1 score {} and {}, success {} and {}: {:+.1f} points [{:+.1f}, {:+.1f}] "
+            "over the SFT\nadapter over the 100 goals. HGPO against each arm, seed with seed, over the goals, "
+            "by the registered rule:\n{};\n{}").format(
+        *(f"{m(p, 'score') * 100:.1f}" for p in WEBSHOP_HGPO2), *(f"{m(p, 'success'):.2f}" for p in WEBSHOP_HGPO2),
+        *(100 * x for x in (vs_sft.diff, vs_sft.ci_low, vs_sft.ci_high)),
+        against(WEBSHOP_GIGPO, "GiGPO"), against(WEBSHOP_GRPO, "GRPO"))
 
 
 def webshop_rl_grpo() -> str:
@@ -619,6 +649,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("WebShop RL, GiGPO", webshop_rl),
     ("WebShop RL, HGPO K=2 seed 0", webshop_rl_hgpo),
     ("WebShop RL, GRPO seeds 0 and 1, and GiGPO against it", webshop_rl_grpo),
+    ("WebShop RL, HGPO K=2 seeds 0 and 1, against GiGPO and GRPO", webshop_rl_hgpo_arm),
     ("WebShop expert, oracle, random",
      lambda: f"score {m('036d0a6bb691', 'score') * 100:.1f} on the 100\ntest goals, the oracle {m('638f8edfc334', 'score') * 100:.0f}, "
              f"random {m('4a7cbe79c8aa', 'score') * 100:.1f}"),
