@@ -89,6 +89,10 @@ DRIFT: dict[str, tuple[str, list[float], list[str]]] = {
     "sft-smollm2-lora-alfworld-searcher.yaml": ("b2cca90a9bc5", [1.96, 2.231], [
         "I'm ready to assist you. What's your next question?",
         "I'm ready to assist you. Please go ahead and present the current situation."]),
+    # the hand-coded expert's demonstrations on the bundled train games (issue 28 item 7), recorded 2026-12-07 before
+    # its adapter (lost with its runs/ folder) is rebuilt and committed (issue 50 item 4)
+    "sft-smollm2-lora-alfworld.yaml": ("b70f9e68608c", [1.967, 2.12], [
+        "I'm ready to assist you. What's your next question?", "I'm ready to assist you. What's your task?"]),
 }
 
 SMALL = {"sft.max_steps": 2, "sft.batch_size": 1, "sft.warmup_steps": 0, "sft.save_steps": 1000,
@@ -147,8 +151,8 @@ def _small_recipe(name: str, tmp: Path, model: Optional[Path], worlds: Path, alf
                                   "sft-smollm2-lora-webshop.yaml", "sft-smollm2-lora-webshop-reasons.yaml",
                                   "sft-smollm2-lora-webshop-rich.yaml",
                                   "sft-smollm2-lora-valuecorridor.yaml", "sft-smollm2-lora-alfworld-planner.yaml",
-                                  "sft-smollm2-lora-alfworld-searcher.yaml", "sft-alfworld.yaml",
-                                  "sft-searchqa-4m.yaml"])
+                                  "sft-smollm2-lora-alfworld-searcher.yaml", "sft-smollm2-lora-alfworld.yaml",
+                                  "sft-alfworld.yaml", "sft-searchqa-4m.yaml"])
 def test_sft_recipe_gives_its_recorded_answers(name, tmp_path, smollm2_model, worlds, alfworld_games):
     recipe = _small_recipe(name, tmp_path, smollm2_model, worlds, alfworld_games)
     _check_small_sft_run(name, recipe)
