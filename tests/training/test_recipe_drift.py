@@ -341,6 +341,7 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
 #: so it samples a group of 2 rather than 4. The three tools recipes sample a group of 2 too, from a train seed whose
 #: two copies differ (3, and 5 for the Qwen2.5 template): their long prompts made each step 60-90 s, and with seed 0
 #: two copies end alike (no update to pin); the train seed draws the task and the samples, nothing in the pipeline
+#: pinned
 _TOOLS_SMALL = {"rollout.group_size": 2, "train.seed": 3}
 RL_EXTRA: dict[str, dict] = {"grpo-smollm2-lora-kl-searchqa-program.yaml": {"rollout.batch_invariant": True,
                                                                             "rollout.group_size": 2},
