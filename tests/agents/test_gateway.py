@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stratagym.agents.gateway.server import GatewayLimits, create_app, reply_parts, session_of, template_messages
+from stratagym.agents.gateway.server import (GatewayLimits, create_app, kept_reply_ids, reply_parts, session_of,
+                                             template_messages)
 from stratagym.agents.gateway.sessions import SessionStore, session_file
 from stratagym.agents.generation import SamplingConfig
 from stratagym.agents.llm import LLMConfig, LLMPolicy
@@ -80,7 +81,7 @@ def test_recorded_ids_are_what_the_backend_samples_and_history_is_checked_append
         assert third.append_only is False and third.first_diff == next(
             i for i, (a, b) in enumerate(zip(sampled, third.prompt_ids)) if a != b)
         assert json.loads(httpx.get(f"http://{server.host}:{server.port}/v1/sessions").text)["sessions"]["run-1"] == {
-            "calls": 3, "checked": 2, "append_only": 1}
+            "calls": 3, "checked": 2, "append_only": 1, "cut": 0}
     finally:
         server.stop()
 
@@ -282,6 +283,105 @@ def test_tool_calls_are_parsed_and_sent_back_as_the_policy_wrote_them(smollm2_mo
     tok = AutoTokenizer.from_pretrained(str(smollm2_model))
     back = template_messages([{"role": "assistant", "content": None, "tool_calls": calls}], tok)
     assert back == [{"role": "assistant", "content": '<tool_call>\n{"name": "search", "arguments": {"query": "Daetron"}}\n</tool_call>'}]
+
+
+CUT = '<tool_call>\n{"name": "search", "arguments": {"query": "Daetron"}}\n</tool_call>\n<tool_call>\n{"name": "sea'
+KEPT = '<tool_call>\n{"name": "search", "arguments": {"query": "Daetron"}}\n</tool_call>'
+
+
+def test_a_reply_cut_inside_a_tool_call_keeps_the_ids_up_to_its_last_complete_call(smollm2_model):
+    """The ids a cut reply keeps are those whose text lies wholly within its last complete call; nothing is
+    dropped (None) when the last block is closed, when no block is open, or when the only block is the cut
+    one (the parser then keeps the whole reply as content)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_model))
+
+    def decode(ids: list[int]) -> str:
+        return tok.decode(ids, skip_special_tokens=True)
+
+    def ids(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    for reply, kept in ((CUT, KEPT), ("Let me look.\n" + CUT, "Let me look.\n" + KEPT)):
+        k = kept_reply_ids(reply, ids(reply), decode)
+        assert decode(ids(reply)[:k]) == kept  # SmolLM2 splits at the call's closing '>'
+        assert not kept.startswith(decode(ids(reply)[: k + 1]))
+    for whole in (KEPT, "no call here", '<tool_call>\n{"name": "sea', KEPT + "\nDone."):
+        assert kept_reply_ids(whole, ids(whole), decode) is None
+    # a token that straddles the end of the kept text is not kept: it also holds the dropped tail's start
+    straddle = [7, 8, 9]
+    assert kept_reply_ids("<tool_call>x</tool_call>yz<tool_call>", straddle,
+                          lambda part: "<tool_call>x</tool_call>yz<tool_call>"[: 10 * len(part)]) == 2
+
+
+def test_a_divergence_inside_a_cut_replys_dropped_tail_is_marked_as_the_cuts():
+    """Known answer: the previous call sampled ids 3..8 after its prompt [1, 2] and kept 2 of them. A prompt
+    that parts from [1, 2, 3, 4, 5, ...] at position 4 or later parts in the dropped tail (the cut's); one that
+    parts at 3 parts inside the kept call (the template's or the program's, which the check must still see)."""
+    for parts_at, cut in ((4, True), (6, True), (3, False)):
+        store = SessionStore()
+        store.add("s", endpoint="chat", prompt_ids=[1, 2], response_ids=[3, 4, 5, 6, 7, 8], logprobs=[0.0] * 6,
+                  text="", finish_reason="length", kept_ids=2)
+        sampled = [1, 2, 3, 4, 5, 6, 7, 8]
+        second = store.add("s", endpoint="chat", prompt_ids=sampled[:parts_at] + [99, 100], response_ids=[],
+                           logprobs=[], text="", finish_reason="eos")
+        assert (second.append_only, second.first_diff, second.cut_divergence) == (False, parts_at, cut)
+        assert store.summary()["s"] == {"calls": 2, "checked": 1, "append_only": 0, "cut": int(cut)}
+    store = SessionStore()  # a reply that was not cut never excuses a divergence
+    store.add("s", endpoint="chat", prompt_ids=[1, 2], response_ids=[3, 4], logprobs=[0.0] * 2, text="",
+              finish_reason="length")
+    assert store.add("s", endpoint="chat", prompt_ids=[1, 2, 3, 9], response_ids=[], logprobs=[], text="",
+                     finish_reason="eos").cut_divergence is False
+
+
+@pytest.mark.slow
+def test_the_gateway_tells_a_cut_replys_divergence_from_a_rewritten_call(smollm2_model, monkeypatch):
+    """End to end with SmolLM2's template (no tool section: calls come back as the text they were sampled
+    as). The backend's sample is pinned to a reply cut inside its second call, so the parser keeps one call.
+    A program that sends that call back verbatim parts from the sampled ids only where the cut call began:
+    ``cut_divergence``. One that respells the kept call's arguments parts inside it: a divergence the
+    append-only check still counts."""
+    from stratagym.agents.generation import RawGeneration
+
+    policy = LLMPolicy.from_config(LLMConfig(model=str(smollm2_model), max_new_tokens=48))
+    cut_ids = policy.tokenizer(CUT, add_special_tokens=False)["input_ids"]
+    real = policy.backend.generate
+
+    def pinned(prompts, stop, cfg, **kw):
+        if cfg.max_new_tokens == len(cut_ids):  # the tool-using turn: a reply cut by max_tokens
+            return [RawGeneration(text=CUT, response_ids=list(cut_ids), logprobs=[0.0] * len(cut_ids),
+                                  finish_reason="length") for _ in prompts]
+        return real(prompts, stop, cfg, **kw)
+
+    monkeypatch.setattr(policy.backend, "generate", pinned)
+    store = SessionStore()
+    server = serve_in_thread(create_app(policy, store=store))
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}}}}]
+    try:
+        for session, query in (("verbatim", "Daetron"), ("respelled", "Daetron river")):
+            client = _client(server, session)
+            q = [{"role": "user", "content": "Where is Daetron?"}]
+            r = client.chat.completions.create(model="m", messages=q, tools=tools, max_tokens=len(cut_ids))
+            (call,) = r.choices[0].message.tool_calls
+            assert json.loads(call.function.arguments) == {"query": "Daetron"}
+            history = q + [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": call.id, "type": "function",
+                 "function": {"name": "search", "arguments": json.dumps({"query": query})}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": "Daetron lies on the Vell."}]
+            client.chat.completions.create(model="m", messages=history, tools=tools, max_tokens=2, temperature=0)
+        first, verbatim = store.calls("verbatim")
+        assert first.kept_ids is not None and policy.tokenizer.decode(first.response_ids[:first.kept_ids]) == KEPT
+        assert verbatim.append_only is False and verbatim.cut_divergence is True
+        assert verbatim.first_diff == len(first.prompt_ids) + first.kept_ids
+        respelled = store.calls("respelled")[1]
+        assert respelled.append_only is False and respelled.cut_divergence is False
+        assert respelled.first_diff < len(first.prompt_ids) + first.kept_ids
+        sessions = httpx.get(f"http://{server.host}:{server.port}/v1/sessions").json()["sessions"]
+        assert sessions["verbatim"]["cut"] == 1 and sessions["respelled"]["cut"] == 0
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow

@@ -290,6 +290,27 @@ def test_a_program_that_rewrites_its_replies_stops_at_append_only_min(tmp_path):
         RecipeConfig.from_dict(_recipe(tmp_path, rollout={"append_only_min": 2}))
 
 
+def test_a_cut_replys_divergence_is_left_out_of_the_append_only_share():
+    """Known answer over a session recorded by the real store: call 1 is cut inside a tool call (2 of its
+    ids kept), call 2 parts from it in the dropped tail (the cut's: not checked), call 3 extends call 2, and
+    call 4 parts inside call 3's ids (the template's: checked, not append-only). So 2 checked, 1 append-only,
+    1 cut, and the share the bound reads is 0.5, not 1/3."""
+    from stratagym.agents.gateway.sessions import SessionStore
+    from stratagym.training.rollout.program import append_only_counts
+
+    store = SessionStore()
+    store.add("s", endpoint="chat", prompt_ids=[1], response_ids=[2, 3, 4], logprobs=[0.0] * 3, text="",
+              finish_reason="length", kept_ids=2)
+    store.add("s", endpoint="chat", prompt_ids=[1, 2, 3, 9], response_ids=[5], logprobs=[0.0], text="",
+              finish_reason="eos")
+    store.add("s", endpoint="chat", prompt_ids=[1, 2, 3, 9, 5, 6], response_ids=[7], logprobs=[0.0], text="",
+              finish_reason="eos")
+    store.add("s", endpoint="chat", prompt_ids=[1, 2, 3, 8], response_ids=[], logprobs=[], text="",
+              finish_reason="eos")
+    assert [c.cut_divergence for c in store.calls("s")] == [False, True, False, False]
+    assert append_only_counts(store.calls("s")) == (2, 1, 1)
+
+
 def test_a_gateway_that_dies_mid_step_is_a_clear_error_and_the_next_step_serves_again(tiny_policy):
     from stratagym.training.rollout.program import GatewayStopped
 

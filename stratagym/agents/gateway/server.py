@@ -39,7 +39,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from stratagym.agents.generation import RawGeneration, SamplingConfig
 from stratagym.agents.tool_messages import chat_template_has_tools, hermes_calls
@@ -47,7 +47,8 @@ from stratagym.envs.tools import ToolCall, parse_hermes
 from stratagym.agents.gateway.sessions import SessionStore
 from stratagym.serving import QueueWorker, SecurityHeaders, safe_validation_error
 
-__all__ = ["GatewayLimits", "GenerationBatcher", "create_app", "session_of", "template_messages", "reply_parts"]
+__all__ = ["GatewayLimits", "GenerationBatcher", "create_app", "kept_reply_ids", "session_of", "template_messages",
+           "reply_parts"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,25 @@ def reply_parts(text: str, parse_tools: bool) -> tuple[Optional[str], list[dict[
     return (content or None), [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                                 "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
                                for c in calls]
+
+
+def kept_reply_ids(text: str, response_ids: Sequence[int], decode: Callable[[list[int]], str]) -> Optional[int]:
+    """For a reply cut inside a tool call (``<tool_call>`` opened after its last ``</tool_call>``), whose
+    unfinished block :func:`reply_parts` drops: how many of its ``response_ids`` decode to text wholly
+    within the reply up to the end of its last complete call (what a program's next request can render
+    back). None when no complete call precedes the cut one, since then nothing is dropped (the reply stays content)."""
+    opened, closed = text.rfind("<tool_call>"), text.rfind("</tool_call>")
+    if closed < 0 or opened < closed:
+        return None
+    kept = text[: closed + len("</tool_call>")]
+    lo, hi = 0, len(response_ids)  # the largest k whose decoded ids are a prefix of ``kept`` (prefixes grow with k)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if kept.startswith(decode(list(response_ids[:mid]))):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class GenerationBatcher(QueueWorker):
@@ -293,8 +313,12 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
         raw, seed = await sample(list(prompt_ids), req, session)
         content, calls = reply_parts(raw.text, bool(req.tools))
         ids, lps = list(raw.response_ids or []), list(raw.logprobs or [])
+        kept = None
+        if calls and raw.finish_reason == "length":
+            kept = kept_reply_ids(raw.text, ids, lambda part: tokenizer.decode(part, skip_special_tokens=True))
         store.add(session, endpoint="chat", prompt_ids=list(prompt_ids), response_ids=ids, logprobs=lps, text=raw.text,
-                  finish_reason=raw.finish_reason, messages=req.messages, tools=req.tools, tool_calls=calls, seed=seed)
+                  finish_reason=raw.finish_reason, messages=req.messages, tools=req.tools, tool_calls=calls, seed=seed,
+                  kept_ids=kept)
         message = ChatCompletionMessage(role="assistant", content=content, tool_calls=calls or None)
         choice = Choice(index=0, message=message, finish_reason=finish(raw, calls),
                         logprobs=ChoiceLogprobs(content=token_logprobs(ids, lps)) if req.logprobs else None)

@@ -8,7 +8,10 @@ program's next rendering of the same text (docs/gateway.md).
 Each call after a session's first is also checked **append-only**: does its prompt start with the previous
 call's prompt ids followed by the previous call's sampled ids? (``first_diff`` says where it does not,
 :func:`stratagym.agents.template_audit.first_divergence`.) A run's share of append-only calls is the runtime
-form of ``stratagym check-template``.
+form of ``stratagym check-template``. One divergence is not the template's: a reply cut by ``max_tokens``
+inside a tool call loses its unfinished block to the parser, so the next prompt cannot hold those ids. A
+call whose prompt parts from the sampled ids only inside that dropped tail is marked ``cut_divergence``
+(the previous call's ``kept_ids`` says where the tail starts); the trainer's append-only share leaves it out.
 
 With a folder, each session's calls are also appended to ``<folder>/<sha256(session)[:16]>.jsonl`` (the
 session's name inside each line), flushed and fsynced before the response goes out, so a killed gateway
@@ -54,6 +57,12 @@ class CallRecord:
     #: None for a session's first call; else whether this prompt extends the previous call's prompt + response
     append_only: bool | None = None
     first_diff: int | None = None
+    #: for a reply cut by ``max_tokens`` inside a tool call (the parser drops the unfinished block): how many of
+    #: its response ids the parsed reply keeps, up to the end of its last complete call; else None
+    kept_ids: int | None = None
+    #: this prompt parts from the previous call's ids inside that dropped tail: the cut, not a template, made
+    #: it diverge (still ``append_only`` False: the ids do part there)
+    cut_divergence: bool = False
     created: float = 0.0
     #: the sampling seed of the call (the request's, or the session's derived one); None: the global stream
     seed: int | None = None
@@ -112,6 +121,8 @@ class SessionStore:
                 prev = calls[-1]
                 at = first_divergence(prev.prompt_ids + prev.response_ids, record.prompt_ids)
                 record.append_only, record.first_diff = at is None, at
+                record.cut_divergence = (at is not None and prev.kept_ids is not None
+                                         and at >= len(prev.prompt_ids) + prev.kept_ids)
             calls.append(record)
             if self.folder is not None:
                 line = json.dumps(record.to_dict(), ensure_ascii=False) + "\n"
@@ -144,7 +155,9 @@ class SessionStore:
             return list(self._calls)
 
     def summary(self) -> dict[str, dict[str, int]]:
-        """Per session: calls, calls checked (all but the first) and the append-only ones among them."""
+        """Per session: calls, calls checked (all but the first), the append-only ones among them and the
+        divergences a cut reply made (``cut``; see :attr:`CallRecord.cut_divergence`)."""
         with self._lock:
             return {s: {"calls": len(c), "checked": sum(r.append_only is not None for r in c),
-                        "append_only": sum(r.append_only is True for r in c)} for s, c in self._calls.items()}
+                        "append_only": sum(r.append_only is True for r in c),
+                        "cut": sum(r.cut_divergence for r in c)} for s, c in self._calls.items()}

@@ -50,7 +50,7 @@ from stratagym.errors import ConfigError
 from stratagym.training.rollout.records import RolloutBatch, StepRecord, Trajectory
 
 __all__ = ["PROGRAM_PREFIX", "PROGRAM_METADATA_KEYS", "AgentProgram", "ProgramCollector", "TemplateDriftError", "GatewayStopped",
-           "check_append_only", "check_program", "session_seed", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
+           "append_only_counts", "check_append_only", "check_program", "session_seed", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,16 @@ def describe_divergence(trajectory: Trajectory, step: int, tokenizer: Any, width
             f"so far: sampled {was!r}, re-rendered {now!r}")
 
 
+def append_only_counts(calls: Sequence[Any]) -> tuple[int, int, int]:
+    """``(checked, append_only, cut)`` over one session's calls
+    (:class:`~stratagym.agents.gateway.sessions.CallRecord`): every call after the first is checked, except
+    one whose prompt parts from the sampled ids only inside a cut reply's dropped tool call
+    (``cut_divergence``, counted as ``cut``): that is the cut's doing, not the template's, and
+    ``rollout.append_only_min`` is a bound on the template."""
+    checked = sum(c.append_only is not None and not c.cut_divergence for c in calls)
+    return checked, sum(c.append_only is True for c in calls), sum(c.cut_divergence for c in calls)
+
+
 def check_append_only(batch: RolloutBatch, minimum: Optional[float], tokenizer: Any) -> None:
     """Stop the run (:class:`TemplateDriftError`) when the batch's share of append-only program calls is
     below ``minimum`` (``rollout.append_only_min``; None: off). The learner checks it, so it holds for
@@ -93,7 +103,8 @@ def check_append_only(batch: RolloutBatch, minimum: Optional[float], tokenizer: 
     share, checked = batch.extra.get("program/append_only"), batch.extra.get("program/checked_calls", 0.0)
     if minimum is None or share is None or not checked or float(share) >= float(minimum):
         return
-    first = next(((t, i) for t in batch.ok for i, s in enumerate(t.steps) if s.info.get("append_only") is False), None)
+    first = next(((t, i) for t in batch.ok for i, s in enumerate(t.steps)
+                  if s.info.get("append_only") is False and not s.info.get("cut_divergence")), None)
     where = describe_divergence(first[0], first[1], tokenizer) if first is not None else "not kept"
     raise TemplateDriftError(
         f"{float(share):.3f} of this step's {int(checked)} checked program calls extend their session's earlier prompt + "
@@ -280,7 +291,7 @@ def trajectory_from_calls(traj: Trajectory, calls: Sequence[Any], reward: float,
             num_tokens=len(call.response_ids), reward=float(reward) if last else 0.0, action_valid=True,
             state_hash=tracker.state_hash, context=tracker.context_hashes(), search_count=tool_calls,
             info={"tool_calls": len(call.tool_calls), "append_only": call.append_only, "first_diff": call.first_diff,
-                  "finish_reason": call.finish_reason},
+                  "cut_divergence": call.cut_divergence, "finish_reason": call.finish_reason},
             observation=obs,
         ))
     traj.terminated, traj.score = True, float(reward)
@@ -381,7 +392,7 @@ class ProgramCollector:
             raise GatewayStopped("the policy gateway stopped serving during the rollout, so nothing of this step was "
                                  "trained; resume the run from its last checkpoint (stratagym train CONFIG --resume)")
         tokens, dropped = 0, {"raised": 0, "timeout": 0, "no_calls": 0, "too_many_calls": 0}
-        checked = append_only = 0
+        checked = append_only = cut = 0
         for t, session, (status, value) in zip(trajs, sessions, outcomes):
             calls = self._store.pop(session)
             if status == "ok" and not calls:
@@ -396,9 +407,9 @@ class ProgramCollector:
                                       decode=self.policy.tokenizer.decode,  # a completions call's prompt is its observation
                                       search_tools=self.program.search_tools)
                 tokens += sum(len(c.response_ids) for c in calls)
-                checked += sum(c.append_only is not None for c in calls)
-                append_only += sum(c.append_only is True for c in calls)
-                broken = next((i for i, c in enumerate(calls) if c.append_only is False), None)
+                counts = append_only_counts(calls)
+                checked, append_only, cut = checked + counts[0], append_only + counts[1], cut + counts[2]
+                broken = next((i for i, c in enumerate(calls) if c.append_only is False and not c.cut_divergence), None)
                 if broken is not None and self.first_divergence is None:
                     self.first_divergence = describe_divergence(t, broken, self.policy.tokenizer)
                     log.warning("the agent program's requests do not extend what was sampled (the trainer scores "
@@ -408,6 +419,7 @@ class ProgramCollector:
         extra = {f"program/dropped_{k}": float(v) for k, v in dropped.items()}
         extra["program/append_only"] = append_only / checked if checked else 1.0
         extra["program/checked_calls"] = float(checked)
+        extra["program/cut_divergences"] = float(cut)
         return RolloutBatch(trajs, generate_seconds=wall, env_seconds=0.0, total_seconds=wall, generated_tokens=tokens,
                             turns=max((len(t.steps) for t in trajs), default=0), extra=extra)
 
