@@ -295,8 +295,7 @@ def test_a_cut_replys_divergence_is_left_out_of_the_append_only_share():
     ids kept), call 2 parts from it in the dropped tail (the cut's: not checked), call 3 extends call 2, and
     call 4 parts inside call 3's ids (the template's: checked, not append-only). So 2 checked, 1 append-only,
     1 cut, and the share the bound reads is 0.5, not 1/3."""
-    from stratagym.agents.gateway.sessions import SessionStore
-    from stratagym.training.rollout.program import append_only_counts
+    from stratagym.agents.gateway.sessions import SessionStore, append_only_counts
 
     store = SessionStore()
     store.add("s", endpoint="chat", prompt_ids=[1], response_ids=[2, 3, 4], logprobs=[0.0] * 3, text="",

@@ -32,11 +32,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from stratagym.agents.template_audit import first_divergence
 
-__all__ = ["CallRecord", "SessionStore", "derive_seed", "session_file"]
+__all__ = ["CallRecord", "SessionStore", "append_only_counts", "derive_seed", "session_file"]
 
 
 @dataclass
@@ -69,6 +69,15 @@ class CallRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def append_only_counts(calls: Sequence[CallRecord]) -> tuple[int, int, int]:
+    """``(checked, append_only, cut)`` over one session's calls: every call after the first is checked, except
+    one whose prompt parts from the sampled ids only inside a cut reply's dropped tool call
+    (``cut_divergence``, counted as ``cut``): that is the cut's doing, not the template's, and the append-only
+    share (``rollout.append_only_min``'s bound) is about the template."""
+    checked = sum(c.append_only is not None and not c.cut_divergence for c in calls)
+    return checked, sum(c.append_only is True for c in calls), sum(c.cut_divergence for c in calls)
 
 
 def derive_seed(seed: int, index: int) -> int:
@@ -155,9 +164,8 @@ class SessionStore:
             return list(self._calls)
 
     def summary(self) -> dict[str, dict[str, int]]:
-        """Per session: calls, calls checked (all but the first), the append-only ones among them and the
-        divergences a cut reply made (``cut``; see :attr:`CallRecord.cut_divergence`)."""
+        """Per session: calls, then :func:`append_only_counts` (calls checked, the append-only ones among them,
+        and the divergences a cut reply made, which are not checked)."""
         with self._lock:
-            return {s: {"calls": len(c), "checked": sum(r.append_only is not None for r in c),
-                        "append_only": sum(r.append_only is True for r in c),
-                        "cut": sum(r.cut_divergence for r in c)} for s, c in self._calls.items()}
+            return {s: {"calls": len(c), **dict(zip(("checked", "append_only", "cut"), append_only_counts(c)))}
+                    for s, c in self._calls.items()}

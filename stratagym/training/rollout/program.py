@@ -50,7 +50,7 @@ from stratagym.errors import ConfigError
 from stratagym.training.rollout.records import RolloutBatch, StepRecord, Trajectory
 
 __all__ = ["PROGRAM_PREFIX", "PROGRAM_METADATA_KEYS", "AgentProgram", "ProgramCollector", "TemplateDriftError", "GatewayStopped",
-           "append_only_counts", "check_append_only", "check_program", "session_seed", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
+           "check_append_only", "check_program", "session_seed", "collector_for", "describe_divergence", "is_program", "load_program", "trajectory_from_calls"]
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +84,6 @@ def describe_divergence(trajectory: Trajectory, step: int, tokenizer: Any, width
     now = tokenizer.decode(cur["prompt_ids"].tolist()[at:at + width])
     return (f"task {trajectory.task_id!r} copy {trajectory.traj}, call {step}, token {at} of {len(sampled)} sampled "
             f"so far: sampled {was!r}, re-rendered {now!r}")
-
-
-def append_only_counts(calls: Sequence[Any]) -> tuple[int, int, int]:
-    """``(checked, append_only, cut)`` over one session's calls
-    (:class:`~stratagym.agents.gateway.sessions.CallRecord`): every call after the first is checked, except
-    one whose prompt parts from the sampled ids only inside a cut reply's dropped tool call
-    (``cut_divergence``, counted as ``cut``): that is the cut's doing, not the template's, and
-    ``rollout.append_only_min`` is a bound on the template."""
-    checked = sum(c.append_only is not None and not c.cut_divergence for c in calls)
-    return checked, sum(c.append_only is True for c in calls), sum(c.cut_divergence for c in calls)
 
 
 def check_append_only(batch: RolloutBatch, minimum: Optional[float], tokenizer: Any) -> None:
@@ -392,6 +382,8 @@ class ProgramCollector:
             raise GatewayStopped("the policy gateway stopped serving during the rollout, so nothing of this step was "
                                  "trained; resume the run from its last checkpoint (stratagym train CONFIG --resume)")
         tokens, dropped = 0, {"raised": 0, "timeout": 0, "no_calls": 0, "too_many_calls": 0}
+        from stratagym.agents.gateway.sessions import append_only_counts
+
         checked = append_only = cut = 0
         for t, session, (status, value) in zip(trajs, sessions, outcomes):
             calls = self._store.pop(session)
