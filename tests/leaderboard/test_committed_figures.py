@@ -352,6 +352,34 @@ def alfworld_rebuilt() -> str:
             f"of either build wins")
 
 
+#: the SmolLM2 hand-coded ALFWorld clone's first build (2026-11-29; its adapter lived in runs/ and was lost): its
+#: in_distribution and out_of_distribution rows
+SMOLLM2_ALFWORLD_FIRST = ("942ee14430e6", "8cc6534b9aac")
+
+
+def smollm2_alfworld_rebuilt() -> str:
+    """The README's sentence on the SmolLM2 hand-coded clone rebuilt from its recipe on 2026-12-07 (adapter
+    committed): games won on both splits, each split's share of valid commands beside the first build's, and how
+    many evaluation episodes are the first build's exactly (every field the first record's episodes hold)."""
+    label = "SmolLM2-135M LoRA SFT (handcoded demos, no RL, ALFWorld, rebuilt 2026-12-07)"
+    index = _board_by_label()
+    again = [r for split in ("in_distribution", "out_of_distribution") for r in index[(label, split)]]
+    first = [rec(p) for p in SMOLLM2_ALFWORLD_FIRST]
+    assert [r["split"] for r in again] == [r["split"] for r in first] == ["in_distribution", "out_of_distribution"]
+    assert all(r["agent"]["spec"] == "data/checkpoints/sft-smollm2-lora-alfworld" for r in again)
+    pairs = [(a, b) for f, g in zip(first, again) for a, b in zip(f["episodes"], g["episodes"])]
+    assert all(a["task_id"] == b["task_id"] for a, b in pairs)
+    exact = sum({k: b[k] for k in a} == a for a, b in pairs)
+    won = sum(e["won"] for r in again for e in r["episodes"])
+
+    def valid(r: dict[str, Any]) -> str:
+        return f"{r['metrics']['valid_ratio']['value']:.2f}"
+
+    return (f"wins {won or 'none'} of its {len(pairs)} evaluation games, with valid commands {valid(again[0])} in and "
+            f"{valid(again[1])} out of distribution (first build {valid(first[0])} and {valid(first[1])}); {exact} of "
+            f"the {len(pairs)} episodes are the first build's exactly")
+
+
 def sft_4m_third_build() -> str:
     """The README's sentence on the bundled-world 3.5M SFT model's third build (2026-12-06): does it give the first
     build's `test` answers (:func:`record_answers`)?"""
@@ -621,6 +649,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
                                                              f"{m('351544a0725d') / m('9f962900e1ed'):.2f}"),
     ("the 13-world 3.5M model rebuilt", multiworld_rebuilt),
     ("the 0.49M ALFWorld clone rebuilt", alfworld_rebuilt),
+    ("the SmolLM2 hand-coded ALFWorld clone rebuilt", smollm2_alfworld_rebuilt),
     ("the bundled-world 3.5M SFT model's third build", sft_4m_third_build),
     ("the first 3.5M build's 2-hop repair",
      lambda: "(2-hop EM {:.2f} -> {:.2f}-{:.2f} over its nine runs)".format(
