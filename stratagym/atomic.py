@@ -68,10 +68,15 @@ def _stem(name: str) -> str:
 
 
 def atomic_write_lines(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> Path:
-    """Write the byte ``chunks`` to ``path`` atomically (see the module docstring)."""
+    """Write the byte ``chunks`` to ``path`` atomically (see the module docstring).
+
+    The file gets the ordinary permissions of the umask (0644 under the usual 022), as ``open`` would give
+    it: ``mkstemp`` makes its file private (0600), which a record or a transcript archive that others read
+    must not be. The temporary file is created exclusively (``O_EXCL``) under a random name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{_stem(path.name)}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{_stem(path.name)}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             for chunk in chunks:
@@ -80,7 +85,7 @@ def atomic_write_lines(path: str | os.PathLike[str], chunks: Iterable[bytes]) ->
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
     return path

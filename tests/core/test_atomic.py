@@ -182,6 +182,22 @@ def test_atomic_write_with_keeps_the_extension_syncs_and_cleans_up(tmp_path, fsy
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_write_follows_the_umask(tmp_path, umask, mode):
+    """A record or transcript archive others read was written 0600 (mkstemp's private mode) whatever the umask."""
+    old = os.umask(umask)
+    try:
+        first = atomic.write_json_atomic(tmp_path / "record.json", {"a": 1})
+        os.chmod(first, 0o600)
+        again = atomic.atomic_write(tmp_path / "record.json", "{}\n")  # a rewrite takes the umask's mode again
+        lines = atomic.atomic_write_lines(tmp_path / "t.jsonl.gz", [b"x", b"y"])
+    finally:
+        os.umask(old)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (again, lines)] == [mode, mode]
+    assert again.read_text() == "{}\n" and lines.read_bytes() == b"xy"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json", "t.jsonl.gz"]
+
+
 def test_a_name_at_the_file_system_limit_is_written_by_every_publish(tmp_path):
     # a 255-byte name fits the file system; its temporary name must too (a leaderboard record named
     # after a long env slug once failed on its temporary file after the transcripts were written)
