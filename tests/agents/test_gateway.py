@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stratagym.agents.gateway.server import (GatewayLimits, create_app, kept_reply_ids, reply_parts, session_of,
                                              template_messages)
@@ -283,6 +285,37 @@ def test_tool_calls_are_parsed_and_sent_back_as_the_policy_wrote_them(smollm2_mo
     tok = AutoTokenizer.from_pretrained(str(smollm2_model))
     back = template_messages([{"role": "assistant", "content": None, "tool_calls": calls}], tok)
     assert back == [{"role": "assistant", "content": '<tool_call>\n{"name": "search", "arguments": {"query": "Daetron"}}\n</tool_call>'}]
+    # with content before the call, a template without a tool section gets it back with the sampled separator:
+    # stripped, the reply would come back as 'Let me look.<tool_call>...', a respelling the gateway made itself
+    verbatim, again = reply_parts(text, parse_tools=True, verbatim_content=True)
+    assert verbatim == "Let me look.\n" and again[0]["function"] == calls[0]["function"]
+    assert template_messages([{"role": "assistant", "content": verbatim, "tool_calls": again}], tok)[0]["content"] == text
+    stripped = template_messages([{"role": "assistant", "content": content, "tool_calls": calls}], tok)[0]["content"]
+    assert stripped == "Let me look." + text[len("Let me look.\n"):]  # what the gateway sent back before 2026-12-07
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(smollm2_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(smollm2_model))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=st.text(st.characters(blacklist_categories=("Cs",)), max_size=20).filter(lambda t: "<tool_call>" not in t),
+       sep=st.sampled_from(["", "\n", "\n\n", " "]),
+       query=st.text(st.characters(blacklist_categories=("Cs",)), max_size=12))
+def test_a_tool_free_template_gets_the_sampled_reply_back_verbatim(smollm2_tokenizer, before, sep, query):
+    """Property, on SmolLM2's template (no tool section): the reply a program sends back (the gateway's content
+    and tool calls, unchanged) renders as exactly the text sampled, whatever came before the call. The call
+    is written as ``format_call`` writes it (another spelling of the call itself is the model's, not this)."""
+    from stratagym.envs.tools import format_call
+
+    text = before + sep + format_call("search", {"query": query})
+    content, calls = reply_parts(text, parse_tools=True, verbatim_content=True)
+    assert [c["function"]["name"] for c in calls] == ["search"]
+    sent_back = [{"role": "assistant", "content": content, "tool_calls": calls}]
+    assert template_messages(sent_back, smollm2_tokenizer)[0]["content"] == text
 
 
 CUT = '<tool_call>\n{"name": "search", "arguments": {"query": "Daetron"}}\n</tool_call>\n<tool_call>\n{"name": "sea'
@@ -380,6 +413,52 @@ def test_the_gateway_tells_a_cut_replys_divergence_from_a_rewritten_call(smollm2
         assert respelled.first_diff < len(first.prompt_ids) + first.kept_ids
         sessions = httpx.get(f"http://{server.host}:{server.port}/v1/sessions").json()["sessions"]
         assert sessions["verbatim"]["cut"] == 1 and sessions["respelled"]["cut"] == 0
+    finally:
+        server.stop()
+
+
+def test_a_reply_with_content_before_its_call_comes_back_append_only(smollm2_model, monkeypatch):
+    """End to end with SmolLM2's template (no tool section): the backend's sample is pinned to
+    ``Let me look.\n<tool_call>...</tool_call>`` + eos. A program that sends the gateway's content and tool calls
+    back unchanged renders exactly the prompt + sampled ids (append-only). Until 2026-12-07 the gateway stripped
+    the content, so the same program rendered ``Let me look.<tool_call>``: that form still parts at the separator,
+    and it is not a cut."""
+    from stratagym.agents.generation import RawGeneration
+
+    policy = LLMPolicy.from_config(LLMConfig(model=str(smollm2_model), max_new_tokens=48))
+    reply = "Let me look.\n" + KEPT
+    ids = policy.tokenizer(reply, add_special_tokens=False)["input_ids"] + [policy.tokenizer.eos_token_id]
+    real = policy.backend.generate
+
+    def pinned(prompts, stop, cfg, **kw):
+        if cfg.max_new_tokens == 40:  # the tool-using turn
+            return [RawGeneration(text=reply, response_ids=list(ids), logprobs=[0.0] * len(ids), finish_reason="eos")
+                    for _ in prompts]
+        return real(prompts, stop, cfg, **kw)
+
+    monkeypatch.setattr(policy.backend, "generate", pinned)
+    store = SessionStore()
+    server = serve_in_thread(create_app(policy, store=store))
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}}}}]
+    try:
+        for session in ("as sent", "stripped"):
+            client = _client(server, session)
+            q = [{"role": "user", "content": "Where is Daetron?"}]
+            r = client.chat.completions.create(model="m", messages=q, tools=tools, max_tokens=40)
+            message = r.choices[0].message
+            assert message.content == "Let me look.\n" and len(message.tool_calls) == 1
+            content = message.content if session == "as sent" else message.content.strip()
+            history = q + [{"role": "assistant", "content": content,
+                            "tool_calls": [c.model_dump() for c in message.tool_calls]},
+                           {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "Daetron lies on the Vell."}]
+            client.chat.completions.create(model="m", messages=history, tools=tools, max_tokens=2, temperature=0)
+        first, again = store.calls("as sent")
+        assert again.append_only is True and again.first_diff is None
+        first, stripped = store.calls("stripped")
+        assert stripped.append_only is False and stripped.cut_divergence is False
+        kept = policy.tokenizer.decode(first.response_ids[:stripped.first_diff - len(first.prompt_ids)])
+        assert kept == "Let me look"  # it parts at the separator (SmolLM2 spells '.\n' and '.<' with other ids)
     finally:
         server.stop()
 

@@ -121,16 +121,24 @@ def template_messages(messages: Sequence[dict[str, Any]], tokenizer: Any) -> lis
     return out
 
 
-def reply_parts(text: str, parse_tools: bool) -> tuple[Optional[str], list[dict[str, Any]]]:
+def reply_parts(text: str, parse_tools: bool, *, verbatim_content: bool = False) -> tuple[Optional[str], list[dict[str, Any]]]:
     """``(content, tool_calls)`` of a sampled reply: with tools, each ``<tool_call>`` block becomes an
     OpenAI tool call (arguments as a JSON string) and the content is the text before the first block; a
-    block that is not a valid call stays in the content."""
+    block that is not a valid call stays in the content.
+
+    The content is stripped, as a template with a tool section writes its own separator before the calls.
+    ``verbatim_content`` keeps it exactly as sampled, whitespace included, for a template without one:
+    :func:`template_messages` then writes it back as content + calls, and without the sampled separator
+    (``Let me look.\n<tool_call>`` coming back as ``Let me look.<tool_call>``) the gateway itself would
+    respell the reply and the next call would not be append-only."""
     if not parse_tools or "<tool_call>" not in text:
         return text, []
     calls = [c for c in parse_hermes(text) if isinstance(c, ToolCall)]
     if not calls:
         return text, []
-    content = text[: text.index("<tool_call>")].strip()
+    content = text[: text.index("<tool_call>")]
+    if not verbatim_content:
+        content = content.strip()
     return (content or None), [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                                 "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
                                for c in calls]
@@ -226,6 +234,7 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
     store = store if store is not None else SessionStore()
     batcher = GenerationBatcher(policy, max_batch=limits.max_batch, batch_invariant=limits.batch_invariant)
     tokenizer = policy.tokenizer
+    template_has_tools = chat_template_has_tools(tokenizer)  # how reply_parts must cut content from calls
 
     class Sampling(BaseModel):
         model_config = ConfigDict(extra="allow")  # the API has many fields; unknown ones are ignored
@@ -311,7 +320,7 @@ def create_app(policy: Any, *, store: Optional[SessionStore] = None, model_name:
         # the whole rendering, never cut (policy.prompt_ids would keep its tail): too long is the client's 400
         prompt_ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
         raw, seed = await sample(list(prompt_ids), req, session)
-        content, calls = reply_parts(raw.text, bool(req.tools))
+        content, calls = reply_parts(raw.text, bool(req.tools), verbatim_content=not template_has_tools)
         ids, lps = list(raw.response_ids or []), list(raw.logprobs or [])
         kept = None
         if calls and raw.finish_reason == "length":
