@@ -24,12 +24,35 @@ __all__ = [
     "atomic_write",
     "atomic_write_lines",
     "atomic_write_with",
+    "follow_umask",
+    "umask_mode",
     "write_json_atomic",
     "fsync_dir",
     "fsync_tree",
     "publish_dir",
     "publish_folder",
 ]
+
+
+def umask_mode(base: int = 0o666) -> int:
+    """``base`` less the process's umask: the mode ``open`` gives a new file (0644 under the usual 022), or with
+    ``0o777`` a new folder. Read from ``/proc/self/status`` where Linux offers it, since setting the umask to read
+    it back would change it, for a moment, for every thread of the process."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return base & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return base & ~mask
+
+
+def follow_umask(path: str | os.PathLike[str]) -> None:
+    """Give a file that a library wrote the ordinary permissions of the umask: safetensors' ``save_file`` writes
+    its files private (0600), which a checkpoint others read, or commit, must not be."""
+    os.chmod(path, umask_mode())
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -100,12 +123,14 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[Path], Any]
     """Run ``write(tmp)`` for a library that writes a file by path itself, then publish ``tmp`` as
     ``path`` atomically (fsync, ``os.replace``, fsync of the folder). The temporary name sits beside
     ``path`` and ends in the same extension (a writer that picks its format from the name picks the same
-    one); the library creates it, so it gets the permissions it always did. Removed if ``write`` raises."""
+    one). The file gets the umask's permissions whatever mode the library gave it (safetensors' ``save_file``
+    makes it 0600). Removed if ``write`` raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{_stem(path.name)}.{uuid.uuid4().hex[:12]}.tmp{path.suffix[:16]}"
     try:
         write(tmp)
+        follow_umask(tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -134,9 +159,7 @@ def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any], *
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
+    os.chmod(tmp, umask_mode(0o777))
     try:
         write(tmp)
         publish_folder(tmp, out, keep_if=keep_if)

@@ -4,6 +4,8 @@ the OpenAI-compatible backend against a local HTTP server, and the vLLM code pat
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -118,8 +120,15 @@ def test_stop_strings_cut_generation(policy):
 def test_save_and_reload_same_logprobs(policy, tmp_path):
     torch.manual_seed(1)
     gens = policy.generate([_req(admissible_actions=["look"]) for _ in range(3)])
-    policy.save_pretrained(tmp_path / "p")
+    old_umask = os.umask(0o022)
+    try:
+        policy.save_pretrained(tmp_path / "p")
+    finally:
+        os.umask(old_umask)
     assert (tmp_path / "p" / "model.safetensors").exists()
+    # safetensors' save_file writes 0600; a checkpoint others read (or a committed adapter) gets the umask's mode
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in (tmp_path / "p").iterdir()} == {
+        f.name: 0o644 for f in (tmp_path / "p").iterdir()}
     again = LLMPolicy.from_pretrained(tmp_path / "p")
     assert isinstance(again, Policy)
     assert again.config.max_new_tokens == 24 and again.config.memory_k == 2

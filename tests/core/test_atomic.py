@@ -198,6 +198,20 @@ def test_atomic_write_follows_the_umask(tmp_path, umask, mode):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json", "t.jsonl.gz"]
 
 
+def test_a_library_that_writes_private_files_gets_the_umasks_mode(tmp_path):
+    """safetensors' save_file writes its file 0600 (measured 2026-12-07); through atomic_write_with it gets the
+    umask's mode, as every committed checkpoint must be readable by others."""
+    import torch
+    from safetensors.torch import save_file
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_with(tmp_path / "model.safetensors", lambda p: save_file({"w": torch.zeros(2)}, str(p)))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
 def test_a_name_at_the_file_system_limit_is_written_by_every_publish(tmp_path):
     # a 255-byte name fits the file system; its temporary name must too (a leaderboard record named
     # after a long env slug once failed on its temporary file after the transcripts were written)
