@@ -325,6 +325,43 @@ def study_rebuilt(name: str) -> str:
             f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over seeds")
 
 
+HGPO_REBUILD = "hgpo-smollm2-corridor-mixed-rebuilt-2026-12-07"
+
+
+def hgpo_study_rebuild() -> str:
+    """The README's sentence on the HGPO corridor study's rebuild so far: whether each rebuilt run's evaluation
+    episodes are its first build's, all of them; the training step from which a run drew other rollouts than its
+    first build (the kept logs' gradient norms part); and the greedy play both arms end in (levers pulled, the door
+    taken at each fork), read from the board rows' committed transcripts."""
+    from stratagym.eval.transcript_archive import check_archive
+
+    first, again = ROOT / "studies" / "llm" / "hgpo-smollm2-corridor-mixed", ROOT / "studies" / "llm" / HGPO_REBUILD
+    runs = sorted(p.stem for p in (again / "records").glob("*.json"))
+    assert runs == ["gigpo-s0", "hgpo-k-4-s0"], runs  # update the README sentence as seeds are added
+    pairs = [(_load(first / "records" / f"{r}.json"), _load(again / "records" / f"{r}.json")) for r in runs]
+    assert all(len(a["episodes"]) == len(b["episodes"]) for a, b in pairs)
+    exact = all(same_episode(x, y) for a, b in pairs for x, y in zip(a["episodes"], b["episodes"]))
+
+    def parted(run: str) -> int | None:
+        logs = [[json.loads(line)["optim/grad_norm"] for line in (f / "metrics" / f"{run}.jsonl").read_text().splitlines()]
+                for f in (first, again)]
+        return next((i + 1 for i, (a, b) in enumerate(zip(*logs)) if a != b), None)
+
+    assert [parted(r) for r in runs] == [4, None]  # GiGPO parts at step 4; HGPO's eight gradient norms are the first build's
+    label = {"gigpo-s0": "GiGPO", "hgpo-k-4-s0": "HGPO K=4"}
+    plays = set()
+    for r in runs:
+        (row,) = _board_by_label()[(f"hgpo-smollm2-corridor-mixed: {label[r]} seed 0, rebuilt 2026-12-07", "default")]
+        steps = [step for t in check_archive(row, ROOT / "leaderboard" / "transcripts").values() for step in t["steps"]]
+        plays.add((frozenset(x["action"] for x in steps if x["action"].startswith("pull lever")),
+                   frozenset(x["action"] for x in steps if x["action"].startswith("go "))))
+    ((levers, doors),) = plays  # both arms play alike
+    play = f"{' / '.join(sorted(lv.removeprefix('pull ') for lv in levers))}, the {' / '.join(d.removeprefix('go ') for d in doors)} door"
+    return (f"both seed-0 runs give {'their' if exact else 'not all of their'} first build's {len(pairs[0][1]['episodes'])} "
+            f"episodes exactly (GiGPO's training drew other rollouts from step {parted('gigpo-s0')} on and still ends in the "
+            f"same greedy play: {play} at every fork)")
+
+
 def same_episode(first: dict[str, Any], again: dict[str, Any]) -> bool:
     """Whether a rebuilt evaluation episode is its first build's: every field the first build's episode holds has the
     same value in the rebuild's (fields added to records since, such as ``prompt_cuts``, are not compared)."""
@@ -712,6 +749,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("ALFWorld scorer warm-started from the searching expert", warm_verdicts),
     ("the Stratified study rebuilt", lambda: study_rebuilt("stratified-smollm2-hops")),
     ("the HA-DW study rebuilt", lambda: study_rebuilt("hadw-smollm2-hops")),
+    ("the HGPO study's rebuild so far", hgpo_study_rebuild),
     ("board rows with transcripts", board_transcripts),
     ("SmolLM2 rows' search dependence", smollm2_search_dependence),
 ]

@@ -331,6 +331,10 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     "grpo-smollm2-lora-searchqa.yaml": (276, 0.5, 1.5, -0.1883, 0.07151, 0.135),
     "stratified-smollm2-lora-searchqa.yaml": (276, 0.5, 1.5, -0.08696, 0.03303, 0.1343),
     "grpo-smollm2-lora-searchqa.yaml, hadw-smollm2-hops's GRPO + HA-DW arm": (276, 0.5, 1.5, -0.2447, 0.09296, 0.1351),
+    # the HGPO corridor study's two arms (ValueCorridor: no searches), recorded 2026-12-07 when its seed-0 runs were
+    # rebuilt and committed; a group of 2 (RL_EXTRA). The same samples in both: only the estimator moves the loss
+    "llm-study-valuecorridor-sft-lora.yaml": (663, 0.5, 0.0, 0.02072, 0.1494, 0.1353),
+    "llm-study-valuecorridor-sft-lora.yaml, hgpo-smollm2-corridor-mixed's HGPO K=4 arm": (663, 0.5, 0.0, 0.03374, 0.08933, 0.135),
 }
 # The program recipe (the openai-SDK program through the gateway) runs its small step with
 # rollout.batch_invariant (RL_EXTRA). Without it, 5 of 6 runs of this step (seeded sessions, 2026-12-03) drew
@@ -351,14 +355,25 @@ RL_EXTRA: dict[str, dict] = {"grpo-smollm2-lora-kl-searchqa-program.yaml": {"rol
                                                                             "rollout.group_size": 2},
                              "grpo-smollm2-lora-kl-searchqa-tools.yaml": _TOOLS_SMALL,
                              "stratified-smollm2-lora-kl-searchqa-tools.yaml": _TOOLS_SMALL,
-                             "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml": {**_TOOLS_SMALL, "train.seed": 5}}
+                             "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml": {**_TOOLS_SMALL, "train.seed": 5},
+                             # the HGPO corridor study's arms: 12 turns an episode, so a group of 2 (the copies differ)
+                             "llm-study-valuecorridor-sft-lora.yaml": {"rollout.group_size": 2},
+                             "llm-study-valuecorridor-sft-lora.yaml, hgpo-smollm2-corridor-mixed's HGPO K=4 arm":
+                                 {"rollout.group_size": 2}}
 
 #: a study arm that is its study's recipe with an override (suites/studies/llm/*.yaml ``arms``), pinned like a recipe:
 #: name -> (the recipe, the arm's overrides). The HA-DW study's GRPO + HA-DW arm built three committed adapters
 #: (data/checkpoints/study-hops-hadw-*); its GRPO arm is grpo-smollm2-lora-searchqa.yaml as it stands, and the
 #: Stratified study's arm is stratified-smollm2-lora-searchqa.yaml's estimator (both pinned above)
 HADW_ARM = "grpo-smollm2-lora-searchqa.yaml, hadw-smollm2-hops's GRPO + HA-DW arm"
-STUDY_ARMS: dict[str, tuple[str, dict]] = {HADW_ARM: ("grpo-smollm2-lora-searchqa.yaml", {"algorithm.estimator": "grpo+hadw"})}
+#: the HGPO corridor study's HGPO K=4 arm (its GiGPO arm is llm-study-valuecorridor-sft-lora.yaml as it stands): the
+#: rebuilt runs' adapters are data/checkpoints/study-corridor-{gigpo,hgpo-k-4}-smollm2-lora-valuecorridor-s*
+CORRIDOR_HGPO_ARM = "llm-study-valuecorridor-sft-lora.yaml, hgpo-smollm2-corridor-mixed's HGPO K=4 arm"
+STUDY_ARMS: dict[str, tuple[str, dict]] = {
+    HADW_ARM: ("grpo-smollm2-lora-searchqa.yaml", {"algorithm.estimator": "grpo+hadw"}),
+    CORRIDOR_HGPO_ARM: ("llm-study-valuecorridor-sft-lora.yaml",
+                        {"algorithm.estimator": "hgpo", "algorithm.estimator_kwargs": {"gamma": 0.95}}),
+}
 
 RL_SMALL = {"rollout.group_size": 4, "rollout.tasks_per_step": 1, "train.total_steps": 1, "train.save_every": 0,
             "train.eval_every": 0, "train.progress": False, "train.tensorboard": False, "policy.dtype": "float32"}
@@ -379,7 +394,7 @@ def _lora_weights(model) -> dict:
                                   "grpo-smollm2-lora-kl-searchqa-program.yaml", "stratified-smollm2-lora-kl-searchqa.yaml",
                                   "grpo-smollm2-lora-nokl-lr5e-5-searchqa.yaml", "grpo-smollm2-lora-kl-searchqa-plan.yaml",
                                   "grpo-smollm2-lora-searchqa.yaml", "stratified-smollm2-lora-searchqa.yaml",
-                                  HADW_ARM])
+                                  HADW_ARM, "llm-study-valuecorridor-sft-lora.yaml", CORRIDOR_HGPO_ARM])
 def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2_model, worlds):
     import torch
 
@@ -403,7 +418,7 @@ def test_rl_recipe_first_step_gives_its_recorded_figures(name, tmp_path, smollm2
     finally:
         trainer.close()
         torch.set_num_threads(threads)
-    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row["rollout/search_count"]),
+    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row.get("rollout/search_count", 0.0)),
            _sig(row["loss/loss"]), _sig(row["optim/grad_norm"]), _sig(moved))
     if name not in RL_DRIFT:
         pytest.fail(f"no pin for {name}; recorded now: {json.dumps(got)}")
@@ -522,7 +537,7 @@ def test_benchmark_rl_arm_first_step_gives_its_recorded_figures(name, tmp_path):
     # a loss that is a token mean of advantages that cancel (SearchQA's samples here all have the same length) is
     # float noise around 0 (-5.5e-09), so a loss that small is pinned to 6 decimals, not to 4 significant digits
     loss = row["loss/loss"]
-    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row["rollout/search_count"]),
+    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row.get("rollout/search_count", 0.0)),
            round(loss, 6) + 0.0 if abs(loss) < 1e-4 else _sig(loss), _sig(row["optim/grad_norm"]), _sig(moved))
     pins = {**BENCH_RL_DRIFT, **TINY_DRIFT_BY_CPU_LEVEL.get(_cpu_level(), {})}
     if name not in pins:
@@ -623,6 +638,8 @@ RL_ADAPTERS: dict[str, str] = {
     **{f"study-hops-grpo-smollm2-lora-searchqa-s{s}": "grpo-smollm2-lora-searchqa.yaml" for s in range(3)},
     **{f"study-hops-stratified-smollm2-lora-searchqa-s{s}": "stratified-smollm2-lora-searchqa.yaml" for s in range(3)},
     **{f"study-hops-hadw-smollm2-lora-searchqa-s{s}": HADW_ARM for s in range(3)},
+    **{f"study-corridor-gigpo-smollm2-lora-valuecorridor-s{s}": "llm-study-valuecorridor-sft-lora.yaml" for s in range(3)},
+    **{f"study-corridor-hgpo-k-4-smollm2-lora-valuecorridor-s{s}": CORRIDOR_HGPO_ARM for s in range(3)},
     **{f"{m.replace('+', '-')}-searchqa-0.64m-s{s}": _tiny_arm(m) for s in range(3) for m in TINY_METHODS},
     **{f"{m}-alfworld-0.49m-s{s}": _alfworld_arm(m) for s in range(2) for m in ALFWORLD_METHODS},
     **{f"{m.replace('+', '-')}-searchqa-3.5m-s{s}": _searchqa_4m_arm(m) for s in range(3) for m in TINY_METHODS},
