@@ -368,6 +368,28 @@ def test_a_divergence_inside_a_cut_replys_dropped_tail_is_marked_as_the_cuts():
                      finish_reason="eos").cut_divergence is False
 
 
+SEARCH_TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}}}}}]
+
+
+def _gateway_with_pinned_reply(policy, monkeypatch, text: str, ids: list[int], finish_reason: str, max_tokens: int):
+    """A gateway whose backend answers every request asking for ``max_tokens`` with the given reply (text, ids, log-prob
+    0, finish reason) and samples any other for real; returns ``(server, store)``. The caller stops the server."""
+    from stratagym.agents.generation import RawGeneration
+
+    real = policy.backend.generate
+
+    def pinned(prompts, stop, cfg, **kw):
+        if cfg.max_new_tokens == max_tokens:
+            return [RawGeneration(text=text, response_ids=list(ids), logprobs=[0.0] * len(ids), finish_reason=finish_reason)
+                    for _ in prompts]
+        return real(prompts, stop, cfg, **kw)
+
+    monkeypatch.setattr(policy.backend, "generate", pinned)
+    store = SessionStore()
+    return serve_in_thread(create_app(policy, store=store)), store
+
+
 @pytest.mark.slow
 def test_the_gateway_tells_a_cut_replys_divergence_from_a_rewritten_call(smollm2_model, monkeypatch):
     """End to end with SmolLM2's template (no tool section: calls come back as the text they were sampled
@@ -375,35 +397,22 @@ def test_the_gateway_tells_a_cut_replys_divergence_from_a_rewritten_call(smollm2
     A program that sends that call back verbatim parts from the sampled ids only where the cut call began:
     ``cut_divergence``. One that respells the kept call's arguments parts inside it: a divergence the
     append-only check still counts."""
-    from stratagym.agents.generation import RawGeneration
-
     policy = LLMPolicy.from_config(LLMConfig(model=str(smollm2_model), max_new_tokens=48))
     cut_ids = policy.tokenizer(CUT, add_special_tokens=False)["input_ids"]
-    real = policy.backend.generate
-
-    def pinned(prompts, stop, cfg, **kw):
-        if cfg.max_new_tokens == len(cut_ids):  # the tool-using turn: a reply cut by max_tokens
-            return [RawGeneration(text=CUT, response_ids=list(cut_ids), logprobs=[0.0] * len(cut_ids),
-                                  finish_reason="length") for _ in prompts]
-        return real(prompts, stop, cfg, **kw)
-
-    monkeypatch.setattr(policy.backend, "generate", pinned)
-    store = SessionStore()
-    server = serve_in_thread(create_app(policy, store=store))
-    tools = [{"type": "function", "function": {"name": "search", "parameters": {
-        "type": "object", "properties": {"query": {"type": "string"}}}}}]
+    # the tool-using turn: a reply cut by max_tokens
+    server, store = _gateway_with_pinned_reply(policy, monkeypatch, CUT, cut_ids, "length", len(cut_ids))
     try:
         for session, query in (("verbatim", "Daetron"), ("respelled", "Daetron river")):
             client = _client(server, session)
             q = [{"role": "user", "content": "Where is Daetron?"}]
-            r = client.chat.completions.create(model="m", messages=q, tools=tools, max_tokens=len(cut_ids))
+            r = client.chat.completions.create(model="m", messages=q, tools=SEARCH_TOOLS, max_tokens=len(cut_ids))
             (call,) = r.choices[0].message.tool_calls
             assert json.loads(call.function.arguments) == {"query": "Daetron"}
             history = q + [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": call.id, "type": "function",
                  "function": {"name": "search", "arguments": json.dumps({"query": query})}}]},
                 {"role": "tool", "tool_call_id": call.id, "content": "Daetron lies on the Vell."}]
-            client.chat.completions.create(model="m", messages=history, tools=tools, max_tokens=2, temperature=0)
+            client.chat.completions.create(model="m", messages=history, tools=SEARCH_TOOLS, max_tokens=2, temperature=0)
         first, verbatim = store.calls("verbatim")
         assert first.kept_ids is not None and policy.tokenizer.decode(first.response_ids[:first.kept_ids]) == KEPT
         assert verbatim.append_only is False and verbatim.cut_divergence is True
@@ -417,42 +426,29 @@ def test_the_gateway_tells_a_cut_replys_divergence_from_a_rewritten_call(smollm2
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_reply_with_content_before_its_call_comes_back_append_only(smollm2_model, monkeypatch):
     """End to end with SmolLM2's template (no tool section): the backend's sample is pinned to
     ``Let me look.\n<tool_call>...</tool_call>`` + eos. A program that sends the gateway's content and tool calls
     back unchanged renders exactly the prompt + sampled ids (append-only). Until 2026-12-07 the gateway stripped
     the content, so the same program rendered ``Let me look.<tool_call>``: that form still parts at the separator,
     and it is not a cut."""
-    from stratagym.agents.generation import RawGeneration
-
     policy = LLMPolicy.from_config(LLMConfig(model=str(smollm2_model), max_new_tokens=48))
     reply = "Let me look.\n" + KEPT
     ids = policy.tokenizer(reply, add_special_tokens=False)["input_ids"] + [policy.tokenizer.eos_token_id]
-    real = policy.backend.generate
-
-    def pinned(prompts, stop, cfg, **kw):
-        if cfg.max_new_tokens == 40:  # the tool-using turn
-            return [RawGeneration(text=reply, response_ids=list(ids), logprobs=[0.0] * len(ids), finish_reason="eos")
-                    for _ in prompts]
-        return real(prompts, stop, cfg, **kw)
-
-    monkeypatch.setattr(policy.backend, "generate", pinned)
-    store = SessionStore()
-    server = serve_in_thread(create_app(policy, store=store))
-    tools = [{"type": "function", "function": {"name": "search", "parameters": {
-        "type": "object", "properties": {"query": {"type": "string"}}}}}]
+    server, store = _gateway_with_pinned_reply(policy, monkeypatch, reply, ids, "eos", 40)  # 40: the tool-using turn
     try:
         for session in ("as sent", "stripped"):
             client = _client(server, session)
             q = [{"role": "user", "content": "Where is Daetron?"}]
-            r = client.chat.completions.create(model="m", messages=q, tools=tools, max_tokens=40)
+            r = client.chat.completions.create(model="m", messages=q, tools=SEARCH_TOOLS, max_tokens=40)
             message = r.choices[0].message
             assert message.content == "Let me look.\n" and len(message.tool_calls) == 1
             content = message.content if session == "as sent" else message.content.strip()
             history = q + [{"role": "assistant", "content": content,
                             "tool_calls": [c.model_dump() for c in message.tool_calls]},
                            {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "Daetron lies on the Vell."}]
-            client.chat.completions.create(model="m", messages=history, tools=tools, max_tokens=2, temperature=0)
+            client.chat.completions.create(model="m", messages=history, tools=SEARCH_TOOLS, max_tokens=2, temperature=0)
         first, again = store.calls("as sent")
         assert again.append_only is True and again.first_diff is None
         first, stripped = store.calls("stripped")
