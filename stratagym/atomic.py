@@ -90,6 +90,12 @@ def _stem(name: str) -> str:
     return name.encode("utf-8")[:200].decode("utf-8", errors="ignore")
 
 
+def _temp_beside(path: Path, suffix: str = "") -> Path:
+    """A fresh temporary name in ``path``'s folder (hidden, random, ``.tmp`` + ``suffix``), for a write that is
+    renamed over ``path`` once complete."""
+    return path.parent / f".{_stem(path.name)}.{uuid.uuid4().hex[:12]}.tmp{suffix}"
+
+
 def atomic_write_lines(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> Path:
     """Write the byte ``chunks`` to ``path`` atomically (see the module docstring).
 
@@ -98,7 +104,7 @@ def atomic_write_lines(path: str | os.PathLike[str], chunks: Iterable[bytes]) ->
     must not be. The temporary file is created exclusively (``O_EXCL``) under a random name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{_stem(path.name)}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp = _temp_beside(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -127,7 +133,7 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[Path], Any]
     makes it 0600). Removed if ``write`` raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{_stem(path.name)}.{uuid.uuid4().hex[:12]}.tmp{path.suffix[:16]}"
+    tmp = _temp_beside(path, path.suffix[:16])
     try:
         write(tmp)
         follow_umask(tmp)
