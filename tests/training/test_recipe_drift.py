@@ -287,6 +287,10 @@ def test_a_recipe_variant_changes_only_what_its_run_overrode(variant):
 
 # ---- the RL recipes behind committed RL adapters ---------------------------------------------------------------
 
+#: the HGPO corridor study's HGPO K=4 arm (its GiGPO arm is llm-study-valuecorridor-sft-lora.yaml as it stands): the
+#: rebuilt runs' adapters are data/checkpoints/study-corridor-{gigpo,hgpo-k-4}-smollm2-lora-valuecorridor-s*
+CORRIDOR_HGPO_ARM = "llm-study-valuecorridor-sft-lora.yaml, hgpo-smollm2-corridor-mixed's HGPO K=4 arm"
+
 #: recipe -> its first step's (sampled tokens, mean return, mean searches, loss, gradient norm, LoRA weight
 #: change's L2 norm), the floats to 4 significant digits, recorded 2026-12-03 (1 task, group of 4, float32).
 #: The losses were re-recorded the same day when ``loss/*`` became the mini-batch's loss rather than the
@@ -334,7 +338,7 @@ RL_DRIFT: dict[str, tuple[int, float, float, float, float, float]] = {
     # the HGPO corridor study's two arms (ValueCorridor: no searches), recorded 2026-12-07 when its seed-0 runs were
     # rebuilt and committed; a group of 2 (RL_EXTRA). The same samples in both: only the estimator moves the loss
     "llm-study-valuecorridor-sft-lora.yaml": (663, 0.5, 0.0, 0.02072, 0.1494, 0.1353),
-    "llm-study-valuecorridor-sft-lora.yaml, hgpo-smollm2-corridor-mixed's HGPO K=4 arm": (663, 0.5, 0.0, 0.03374, 0.08933, 0.135),
+    CORRIDOR_HGPO_ARM: (663, 0.5, 0.0, 0.03374, 0.08933, 0.135),
 }
 # The program recipe (the openai-SDK program through the gateway) runs its small step with
 # rollout.batch_invariant (RL_EXTRA). Without it, 5 of 6 runs of this step (seeded sessions, 2026-12-03) drew
@@ -358,17 +362,13 @@ RL_EXTRA: dict[str, dict] = {"grpo-smollm2-lora-kl-searchqa-program.yaml": {"rol
                              "grpo-smollm2-lora-kl-searchqa-tools-qwen25.yaml": {**_TOOLS_SMALL, "train.seed": 5},
                              # the HGPO corridor study's arms: 12 turns an episode, so a group of 2 (the copies differ)
                              "llm-study-valuecorridor-sft-lora.yaml": {"rollout.group_size": 2},
-                             "llm-study-valuecorridor-sft-lora.yaml, hgpo-smollm2-corridor-mixed's HGPO K=4 arm":
-                                 {"rollout.group_size": 2}}
+                             CORRIDOR_HGPO_ARM: {"rollout.group_size": 2}}
 
 #: a study arm that is its study's recipe with an override (suites/studies/llm/*.yaml ``arms``), pinned like a recipe:
 #: name -> (the recipe, the arm's overrides). The HA-DW study's GRPO + HA-DW arm built three committed adapters
 #: (data/checkpoints/study-hops-hadw-*); its GRPO arm is grpo-smollm2-lora-searchqa.yaml as it stands, and the
 #: Stratified study's arm is stratified-smollm2-lora-searchqa.yaml's estimator (both pinned above)
 HADW_ARM = "grpo-smollm2-lora-searchqa.yaml, hadw-smollm2-hops's GRPO + HA-DW arm"
-#: the HGPO corridor study's HGPO K=4 arm (its GiGPO arm is llm-study-valuecorridor-sft-lora.yaml as it stands): the
-#: rebuilt runs' adapters are data/checkpoints/study-corridor-{gigpo,hgpo-k-4}-smollm2-lora-valuecorridor-s*
-CORRIDOR_HGPO_ARM = "llm-study-valuecorridor-sft-lora.yaml, hgpo-smollm2-corridor-mixed's HGPO K=4 arm"
 STUDY_ARMS: dict[str, tuple[str, dict]] = {
     HADW_ARM: ("grpo-smollm2-lora-searchqa.yaml", {"algorithm.estimator": "grpo+hadw"}),
     CORRIDOR_HGPO_ARM: ("llm-study-valuecorridor-sft-lora.yaml",
@@ -537,7 +537,7 @@ def test_benchmark_rl_arm_first_step_gives_its_recorded_figures(name, tmp_path):
     # a loss that is a token mean of advantages that cancel (SearchQA's samples here all have the same length) is
     # float noise around 0 (-5.5e-09), so a loss that small is pinned to 6 decimals, not to 4 significant digits
     loss = row["loss/loss"]
-    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row.get("rollout/search_count", 0.0)),
+    got = (int(row["rollout/tokens"]), _sig(row["rollout/return"]), _sig(row["rollout/search_count"]),
            round(loss, 6) + 0.0 if abs(loss) < 1e-4 else _sig(loss), _sig(row["optim/grad_norm"]), _sig(moved))
     pins = {**BENCH_RL_DRIFT, **TINY_DRIFT_BY_CPU_LEVEL.get(_cpu_level(), {})}
     if name not in pins:
