@@ -160,7 +160,8 @@ def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any], *
     removed if ``write`` raises (or the process is interrupted), so ``out_dir`` never holds a half-written
     folder. The move is :func:`publish_folder` (fsyncs, an older ``out_dir`` replaced only once the new
     one is complete, ``keep_if`` for concurrent builds of the same thing). The folder gets the ordinary
-    permissions of the umask (``mkdtemp`` makes it private).
+    permissions of the umask (``mkdtemp`` makes it private), and so do the safetensors files ``write`` leaves
+    in it (``save_pretrained`` writes them private: a model folder others read must not be).
     """
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +169,8 @@ def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any], *
     os.chmod(tmp, umask_mode(0o777))
     try:
         write(tmp)
+        for weights in tmp.rglob("*.safetensors"):
+            follow_umask(weights)
         publish_folder(tmp, out, keep_if=keep_if)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already unless write or the move failed

@@ -212,6 +212,32 @@ def test_a_library_that_writes_private_files_gets_the_umasks_mode(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
+def test_a_model_folder_published_from_save_pretrained_is_readable_by_others(tmp_path):
+    """transformers' save_pretrained writes model.safetensors through safetensors, private (0600): the from-scratch
+    base models (training/sft.py) and `models import` folders were owner-only. publish_dir gives them the umask's mode,
+    and leaves what the writer chose for other files."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+
+    def write(d: Path) -> None:
+        model.save_pretrained(d)
+        (d / "secret.txt").write_text("x")
+        os.chmod(d / "secret.txt", 0o600)
+
+    old = os.umask(0o022)
+    try:
+        out = publish_dir(tmp_path / "base", write)
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes == {"config.json": 0o644, "generation_config.json": 0o644, "model.safetensors": 0o644,
+                     "secret.txt": 0o600}
+
+
 def test_a_name_at_the_file_system_limit_is_written_by_every_publish(tmp_path):
     # a 255-byte name fits the file system; its temporary name must too (a leaderboard record named
     # after a long env slug once failed on its temporary file after the transcripts were written)
