@@ -329,37 +329,52 @@ HGPO_REBUILD = "hgpo-smollm2-corridor-mixed-rebuilt-2026-12-07"
 
 
 def hgpo_study_rebuild() -> str:
-    """The README's sentence on the HGPO corridor study's rebuild so far: whether each rebuilt run's evaluation
-    episodes are its first build's, all of them; the training step from which a run drew other rollouts than its
-    first build (the kept logs' gradient norms part); and the greedy play both arms end in (levers pulled, the door
-    taken at each fork), read from the board rows' committed transcripts."""
+    """The README's sentence on the HGPO corridor study's rebuild so far: which rebuilt runs' evaluation episodes are
+    their first build's, all of them, and how many the others keep; the training step from which a run drew other
+    rollouts than its first build (the kept logs' gradient norms part); and the greedy play each run ends in (levers
+    pulled, the door taken at each fork), read from the board rows' committed transcripts."""
+    from collections import Counter
+
     from stratagym.eval.transcript_archive import check_archive
 
     first, again = ROOT / "studies" / "llm" / "hgpo-smollm2-corridor-mixed", ROOT / "studies" / "llm" / HGPO_REBUILD
     runs = sorted(p.stem for p in (again / "records").glob("*.json"))
-    assert runs == ["gigpo-s0", "hgpo-k-4-s0"], runs  # update the README sentence as seeds are added
-    pairs = [(_load(first / "records" / f"{r}.json"), _load(again / "records" / f"{r}.json")) for r in runs]
-    assert all(len(a["episodes"]) == len(b["episodes"]) for a, b in pairs)
-    exact = all(same_episode(x, y) for a, b in pairs for x, y in zip(a["episodes"], b["episodes"]))
+    assert runs == ["gigpo-s0", "gigpo-s1", "hgpo-k-4-s0", "hgpo-k-4-s1"], runs  # update the README sentence as seeds are added
+    pairs = {r: (_load(first / "records" / f"{r}.json"), _load(again / "records" / f"{r}.json")) for r in runs}
+    assert all(len(a["episodes"]) == len(b["episodes"]) for a, b in pairs.values())
+    kept = {r: sum(same_episode(x, y) for x, y in zip(a["episodes"], b["episodes"])) for r, (a, b) in pairs.items()}
+    exact = [r for r in runs if kept[r] == len(pairs[r][1]["episodes"])]
 
     def parted(run: str) -> int | None:
         logs = [[json.loads(line)["optim/grad_norm"] for line in (f / "metrics" / f"{run}.jsonl").read_text().splitlines()]
                 for f in (first, again)]
         return next((i + 1 for i, (a, b) in enumerate(zip(*logs)) if a != b), None)
 
-    assert [parted(r) for r in runs] == [4, None]  # GiGPO parts at step 4; HGPO's eight gradient norms are the first build's
-    label = {"gigpo-s0": "GiGPO", "hgpo-k-4-s0": "HGPO K=4"}
-    plays = set()
-    for r in runs:
-        (row,) = _board_by_label()[(f"hgpo-smollm2-corridor-mixed: {label[r]} seed 0, rebuilt 2026-12-07", "default")]
+    # both HGPO runs train as their first build did; GiGPO parts at step 4 (seed 0) and 7 (seed 1)
+    assert {r: parted(r) for r in runs} == {"gigpo-s0": 4, "gigpo-s1": 7, "hgpo-k-4-s0": None, "hgpo-k-4-s1": None}
+    assert exact == ["gigpo-s0", "hgpo-k-4-s0", "hgpo-k-4-s1"], exact  # the words below say which
+
+    def play(run: str) -> tuple[Counter, Counter]:
+        arm, seed = {"gigpo": "GiGPO", "hgpo-k-4": "HGPO K=4"}[run[:-3]], run[-1]
+        (row,) = _board_by_label()[(f"hgpo-smollm2-corridor-mixed: {arm} seed {seed}, rebuilt 2026-12-07", "default")]
         steps = [step for t in check_archive(row, ROOT / "leaderboard" / "transcripts").values() for step in t["steps"]]
-        plays.add((frozenset(x["action"] for x in steps if x["action"].startswith("pull lever")),
-                   frozenset(x["action"] for x in steps if x["action"].startswith("go "))))
-    ((levers, doors),) = plays  # both arms play alike
-    play = f"{' / '.join(sorted(lv.removeprefix('pull ') for lv in levers))}, the {' / '.join(d.removeprefix('go ') for d in doors)} door"
-    return (f"both seed-0 runs give {'their' if exact else 'not all of their'} first build's {len(pairs[0][1]['episodes'])} "
-            f"episodes exactly (GiGPO's training drew other rollouts from step {parted('gigpo-s0')} on and still ends in the "
-            f"same greedy play: {play} at every fork)")
+        return (Counter(x["action"].removeprefix("pull ") for x in steps if x["action"].startswith("pull lever")),
+                Counter(x["action"].removeprefix("go ") for x in steps if x["action"].startswith("go ")))
+
+    plays = {r: play(r) for r in runs}
+    assert {tuple(levers) for levers, _ in plays.values()} == {("lever B",)}  # every run pulls lever B in every hall
+    forks = {sum(doors.values()) for _, doors in plays.values()}
+    (n_forks,) = forks
+    assert [dict(plays[r][1]) for r in ("gigpo-s0", "hgpo-k-4-s0")] == [{"right": n_forks}] * 2
+    left = {r: plays[r][1]["left"] for r in ("gigpo-s1", "hgpo-k-4-s1")}
+    g1_first, g1_again = (pairs["gigpo-s1"][i]["metrics"]["best_doors"]["value"] for i in (0, 1))
+    return (f"{len(exact)} of the {len(runs)} runs of seeds 0 and 1 give their first build's {len(pairs[runs[0]][1]['episodes'])} "
+            f"episodes exactly: both HGPO runs, whose training steps are all the first build's, and seed 0's GiGPO, whose "
+            f"training drew other rollouts from step {parted('gigpo-s0')} on; seed 1's GiGPO, whose training drew other "
+            f"rollouts from step {parted('gigpo-s1')} on, keeps {kept['gigpo-s1']} of its {len(pairs['gigpo-s1'][1]['episodes'])} (best doors "
+            f"{g1_again:.3f} against {g1_first:.3f}). Every run pulls lever B in every hall; of the {n_forks} forks, both "
+            f"seed-0 runs take the right door at all, seed 1's HGPO the left at {left['hgpo-k-4-s1']} and its GiGPO the "
+            f"left at {left['gigpo-s1']}")
 
 
 def same_episode(first: dict[str, Any], again: dict[str, Any]) -> bool:
