@@ -351,7 +351,8 @@ def hgpo_study_rebuild() -> str:
         return next((i + 1 for i, (a, b) in enumerate(zip(*logs)) if a != b), None)
 
     # both HGPO runs train as their first build did; GiGPO parts at step 4 (seed 0) and 7 (seed 1)
-    assert {r: parted(r) for r in runs} == {"gigpo-s0": 4, "gigpo-s1": 7, "hgpo-k-4-s0": None, "hgpo-k-4-s1": None}
+    parts = {r: parted(r) for r in runs}
+    assert parts == {"gigpo-s0": 4, "gigpo-s1": 7, "hgpo-k-4-s0": None, "hgpo-k-4-s1": None}
     assert exact == ["gigpo-s0", "hgpo-k-4-s0", "hgpo-k-4-s1"], exact  # the words below say which
 
     def play(run: str) -> tuple[Counter, Counter]:
@@ -369,8 +370,8 @@ def hgpo_study_rebuild() -> str:
     g1_first, g1_again = (pairs["gigpo-s1"][i]["metrics"]["best_doors"]["value"] for i in (0, 1))
     return (f"{len(exact)} of the {len(runs)} runs of seeds 0 and 1 give their first build's {len(pairs[runs[0]][1]['episodes'])} "
             f"episodes exactly: both HGPO runs, whose training steps are all the first build's, and seed 0's GiGPO, whose "
-            f"training drew other rollouts from step {parted('gigpo-s0')} on; seed 1's GiGPO, whose training drew other "
-            f"rollouts from step {parted('gigpo-s1')} on, keeps {kept['gigpo-s1']} of its {len(pairs['gigpo-s1'][1]['episodes'])} (best doors "
+            f"training drew other rollouts from step {parts['gigpo-s0']} on; seed 1's GiGPO, whose training drew other "
+            f"rollouts from step {parts['gigpo-s1']} on, keeps {kept['gigpo-s1']} of its {len(pairs['gigpo-s1'][1]['episodes'])} (best doors "
             f"{g1_again:.3f} against {g1_first:.3f}). Every run pulls lever B in every hall; of the {n_forks} forks, both "
             f"seed-0 runs take the right door at all, seed 1's HGPO the left at {left['hgpo-k-4-s1']} and its GiGPO the "
             f"left at {left['gigpo-s1']}")
