@@ -25,6 +25,7 @@ __all__ = [
     "atomic_write_lines",
     "atomic_write_with",
     "follow_umask",
+    "share_weights",
     "umask_mode",
     "write_json_atomic",
     "fsync_dir",
@@ -53,6 +54,13 @@ def follow_umask(path: str | os.PathLike[str]) -> None:
     """Give a file that a library wrote the ordinary permissions of the umask: safetensors' ``save_file`` writes
     its files private (0600), which a checkpoint others read, or commit, must not be."""
     os.chmod(path, umask_mode())
+
+
+def share_weights(folder: str | os.PathLike[str]) -> None:
+    """:func:`follow_umask` for every safetensors file under ``folder``: ``save_pretrained`` and safetensors'
+    ``save_file`` write them private (0600), and a model folder others read, or commit, must not be."""
+    for weights in Path(folder).rglob("*.safetensors"):
+        follow_umask(weights)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -160,17 +168,13 @@ def publish_dir(out_dir: str | os.PathLike[str], write: Callable[[Path], Any], *
     removed if ``write`` raises (or the process is interrupted), so ``out_dir`` never holds a half-written
     folder. The move is :func:`publish_folder` (fsyncs, an older ``out_dir`` replaced only once the new
     one is complete, ``keep_if`` for concurrent builds of the same thing). The folder gets the ordinary
-    permissions of the umask (``mkdtemp`` makes it private), and so do the safetensors files ``write`` leaves
-    in it (``save_pretrained`` writes them private: a model folder others read must not be).
+    permissions of the umask, and so do the safetensors files ``write`` leaves in it (:func:`publish_folder`).
     """
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(out.name)}.tmp-", dir=out.parent))
-    os.chmod(tmp, umask_mode(0o777))
     try:
         write(tmp)
-        for weights in tmp.rglob("*.safetensors"):
-            follow_umask(weights)
         publish_folder(tmp, out, keep_if=keep_if)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already unless write or the move failed
@@ -186,9 +190,12 @@ def publish_folder(tmp: str | os.PathLike[str], out: str | os.PathLike[str], *,
     renamed in, and only then is the old one removed. ``keep_if`` is for builds that several processes
     may run at once, each producing the same folder: when it says an existing ``out`` is already a
     complete copy (before the move, or because another process renamed its copy in first), that copy
-    stays and ``tmp`` is removed. On any other error ``tmp`` is left to the caller.
+    stays and ``tmp`` is removed. On any other error ``tmp`` is left to the caller. The folder gets the
+    umask's permissions (``mkdtemp`` makes it private), and so do the safetensors files in it.
     """
     tmp, out = Path(tmp), Path(out)
+    os.chmod(tmp, umask_mode(0o777))  # a tmp from mkdtemp is private; the published folder is read by others
+    share_weights(tmp)
     fsync_tree(tmp)
     if keep_if is not None and out.is_dir() and keep_if(out):
         shutil.rmtree(tmp, ignore_errors=True)

@@ -39,7 +39,7 @@ from torch import nn
 from stratagym.agents.llm import LLMPolicy
 from stratagym.agents.policy import unwrap_model
 from stratagym.agents.scorer import ScorerPolicy
-from stratagym.atomic import atomic_write_with, write_json_atomic
+from stratagym.atomic import atomic_write_with, share_weights, write_json_atomic
 from stratagym.errors import ConfigError
 from stratagym.hub_kernels import load_kwargs
 
@@ -203,6 +203,7 @@ class LLMCritic(_CriticBase):
         out.mkdir(parents=True, exist_ok=True)
         module = unwrap_model(self.model)
         module.body.save_pretrained(out / "body", safe_serialization=True)
+        share_weights(out / "body")  # save_pretrained writes it 0600
         head = {k: v.detach().contiguous().cpu() for k, v in module.head.state_dict().items()}
         atomic_write_with(out / WEIGHTS_NAME, lambda p: save_file(head, str(p)))
         write_json_atomic(out / CONFIG_NAME, {"type": "llm", "source": self.source, "pad_token_id": self.pad_token_id})

@@ -53,7 +53,7 @@ from stratagym.agents.policy import (
 )
 from stratagym.agents.prompts import PromptTemplate, template_for_env
 from stratagym.agents.tool_messages import chat_template_has_tools, fallback_messages, openai_messages
-from stratagym.atomic import follow_umask
+from stratagym.atomic import share_weights
 from stratagym.errors import ConfigError
 from stratagym.hub_kernels import load_kwargs
 from stratagym.precision import canonical_dtype, dtype_name, resolve_dtype
@@ -379,8 +379,7 @@ class LLMPolicy(Policy):
             module.save_pretrained(out, safe_serialization=True)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(out)
-        for weights in out.glob("*.safetensors"):  # save_file writes them 0600; a checkpoint is read and committed
-            follow_umask(weights)
+        share_weights(out)  # save_pretrained writes them 0600; a checkpoint is read and committed
         data = asdict(self.config)
         data.pop("model", None)
         if self.model is not None:  # what "auto" resolved to here: the checkpoint records its dtype

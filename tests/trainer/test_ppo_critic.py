@@ -13,6 +13,8 @@ whitened, and the critic trains with its own optimizer on the same mini-batches.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -238,6 +240,7 @@ def test_llm_policy_trains_with_a_value_head(tmp_path):
         "train": {"total_steps": 1, "output_dir": str(tmp_path / "run"), "save_every": 1, "progress": False,
                   "tensorboard": False},
     })
+    old_umask = os.umask(0o022)
     trainer = Trainer(cfg)
     try:
         assert isinstance(trainer.critic, LLMCritic)
@@ -248,6 +251,13 @@ def test_llm_policy_trains_with_a_value_head(tmp_path):
         head_after = _weights(unwrap_model(trainer.critic.model).head)
         assert any(not torch.equal(head_before[k], head_after[k]) for k in head_after)
         data = load_checkpoint(latest_checkpoint(tmp_path / "run"))
+        # save_pretrained writes safetensors 0600 and mkdtemp makes folders 0700: the checkpoint, policy and critic
+        # body included, is published with the umask's modes (022 here), as a checkpoint others read must be
+        step = latest_checkpoint(tmp_path / "run")
+        assert stat.S_IMODE(step.stat().st_mode) == 0o755
+        weights = {f.relative_to(step).as_posix(): stat.S_IMODE(f.stat().st_mode) for f in step.rglob("*.safetensors")}
+        assert {"policy/model.safetensors", "critic/body/model.safetensors", "critic/critic.safetensors"} <= set(weights)
+        assert set(weights.values()) == {0o644}, weights
         batch = trainer.rollout()
         payloads = [s.payload for t in batch.ok for s in t.steps][:3]
         clone = build_critic(trainer.policy, seed=99)
@@ -257,6 +267,7 @@ def test_llm_policy_trains_with_a_value_head(tmp_path):
             assert clone.values(payloads).shape == (len(payloads),)
     finally:
         trainer.close()
+        os.umask(old_umask)
 
 
 @pytest.mark.slow
