@@ -130,6 +130,20 @@ def test_the_hadw_rebuild_turns_the_rule_on_two_questions_of_one_seed():
     assert sorted((x[1:], y[1:]) for x, y in moved.values()) == [((1, 1.0), (2, 0.0))] * 2, moved
 
 
+def test_the_hgpo_rebuild_turns_the_rule_on_one_run():
+    """The README's reading of the HGPO corridor rebuild: the registered rule says "refuted" on the first build and
+    "undecided" on the rebuild, and all that moved is seed 1's GiGPO run (the other five give their first build's
+    episodes exactly, :func:`hgpo_study_rebuild`): its difference went from +0.1125 to +0.1625, which lifts the
+    interval's top above the registered smallest effect."""
+    first, again = study("hgpo-smollm2-corridor-mixed"), study(HGPO_REBUILD)
+    (h1,), (h2,) = first["hypotheses"], again["hypotheses"]
+    assert (h1["verdict"], h2["verdict"]) == ("refuted", "undecided")
+    assert h1["pooled"]["per_seed"] == pytest.approx([0.0, 0.1125, -0.025])
+    assert h2["pooled"]["per_seed"] == pytest.approx([0.0, 0.1625, -0.025])
+    min_effect = first["preregistration"]["min_effect"]
+    assert h1["pooled"]["ci_high"] < min_effect < h2["pooled"]["ci_high"]
+
+
 @pytest.mark.parametrize("folder", sorted(p.parent.name for p in ROOT.glob("studies/llm/*-rebuilt-*/comparison.json")))
 def test_a_rebuilt_study_says_it_is_a_reproduction_of_its_registered_study(folder):
     """The registered rule's comparison.md in a rebuilt study's folder reads like a study of its own, and the HA-DW
@@ -329,17 +343,18 @@ HGPO_REBUILD = "hgpo-smollm2-corridor-mixed-rebuilt-2026-12-07"
 
 
 def hgpo_study_rebuild() -> str:
-    """The README's sentence on the HGPO corridor study's rebuild so far: which rebuilt runs' evaluation episodes are
-    their first build's, all of them, and how many the others keep; the training step from which a run drew other
-    rollouts than its first build (the kept logs' gradient norms part); and the greedy play each run ends in (levers
-    pulled, the door taken at each fork), read from the board rows' committed transcripts."""
+    """The README's sentence on the HGPO corridor study's rebuild: which rebuilt runs' evaluation episodes are their
+    first build's, all of them, and how many the other keeps; the training step from which a run drew other rollouts
+    than its first build (the kept logs' gradient norms part); the greedy play each run ends in (levers pulled, the
+    door taken at each fork), read from the board rows' committed transcripts; and the registered rule's reading of
+    the rebuild with the seed-level interval."""
     from collections import Counter
 
     from stratagym.eval.transcript_archive import check_archive
 
     first, again = ROOT / "studies" / "llm" / "hgpo-smollm2-corridor-mixed", ROOT / "studies" / "llm" / HGPO_REBUILD
     runs = sorted(p.stem for p in (again / "records").glob("*.json"))
-    assert runs == ["gigpo-s0", "gigpo-s1", "hgpo-k-4-s0", "hgpo-k-4-s1"], runs  # update the README sentence as seeds are added
+    assert runs == [f"{arm}-s{seed}" for arm in ("gigpo", "hgpo-k-4") for seed in range(3)], runs
     pairs = {r: (_load(first / "records" / f"{r}.json"), _load(again / "records" / f"{r}.json")) for r in runs}
     assert all(len(a["episodes"]) == len(b["episodes"]) for a, b in pairs.values())
     kept = {r: sum(same_episode(x, y) for x, y in zip(a["episodes"], b["episodes"])) for r, (a, b) in pairs.items()}
@@ -350,10 +365,11 @@ def hgpo_study_rebuild() -> str:
                 for f in (first, again)]
         return next((i + 1 for i, (a, b) in enumerate(zip(*logs)) if a != b), None)
 
-    # both HGPO runs train as their first build did; GiGPO parts at step 4 (seed 0) and 7 (seed 1)
+    # every HGPO run and seed 2's GiGPO train as their first build did; GiGPO seeds 0 and 1 part at steps 4 and 7
     parts = {r: parted(r) for r in runs}
-    assert parts == {"gigpo-s0": 4, "gigpo-s1": 7, "hgpo-k-4-s0": None, "hgpo-k-4-s1": None}
-    assert exact == ["gigpo-s0", "hgpo-k-4-s0", "hgpo-k-4-s1"], exact  # the words below say which
+    assert parts == {"gigpo-s0": 4, "gigpo-s1": 7, "gigpo-s2": None, "hgpo-k-4-s0": None, "hgpo-k-4-s1": None,
+                     "hgpo-k-4-s2": None}, parts
+    assert exact == ["gigpo-s0", "gigpo-s2", "hgpo-k-4-s0", "hgpo-k-4-s1", "hgpo-k-4-s2"], exact  # the words below say which
 
     def play(run: str) -> tuple[Counter, Counter]:
         arm, seed = {"gigpo": "GiGPO", "hgpo-k-4": "HGPO K=4"}[run[:-3]], run[-1]
@@ -364,17 +380,26 @@ def hgpo_study_rebuild() -> str:
 
     plays = {r: play(r) for r in runs}
     (n_forks,) = {sum(doors.values()) for _, doors in plays.values()}  # a hall's lever, then its fork
-    assert all(levers == {"lever B": n_forks} for levers, _ in plays.values())  # every run pulls lever B in every hall
-    assert [dict(plays[r][1]) for r in ("gigpo-s0", "hgpo-k-4-s0")] == [{"right": n_forks}] * 2
-    left = {r: plays[r][1]["left"] for r in ("gigpo-s1", "hgpo-k-4-s1")}
+    # every run pulls one lever in every hall, both arms of a seed the same one
+    assert {r: dict(plays[r][0]) for r in runs} == {r: {f"lever {'A' if r.endswith('2') else 'B'}": n_forks} for r in runs}
+    left = {r: plays[r][1]["left"] for r in runs}
+    assert [left[r] for r in ("gigpo-s0", "hgpo-k-4-s0", "gigpo-s2")] == [0, 0, 0]
     g1_first, g1_again = (pairs["gigpo-s1"][i]["metrics"]["best_doors"]["value"] for i in (0, 1))
-    return (f"{len(exact)} of the {len(runs)} runs of seeds 0 and 1 give their first build's {len(pairs[runs[0]][1]['episodes'])} "
-            f"episodes exactly: both HGPO runs, whose training steps are all the first build's, and seed 0's GiGPO, whose "
-            f"training drew other rollouts from step {parts['gigpo-s0']} on; seed 1's GiGPO, whose training drew other "
-            f"rollouts from step {parts['gigpo-s1']} on, keeps {kept['gigpo-s1']} of its {len(pairs['gigpo-s1'][1]['episodes'])} (best doors "
-            f"{g1_again:.3f} against {g1_first:.3f}). Every run pulls lever B in every hall; of the {n_forks} forks, both "
-            f"seed-0 runs take the right door at all, seed 1's HGPO the left at {left['hgpo-k-4-s1']} and its GiGPO the "
-            f"left at {left['gigpo-s1']}")
+    s = study(HGPO_REBUILD)
+    (h,) = s["hypotheses"]
+    c, d = h["pooled"], h["run_level"]["seed_diff"]
+    return (f"{len(exact)} of its {len(runs)} runs give their first build's {len(pairs[runs[0]][1]['episodes'])} "
+            f"episodes exactly: the three HGPO runs and seed 2's GiGPO, whose training steps are all the first "
+            f"build's, and seed 0's GiGPO, whose training drew other rollouts from step {parts['gigpo-s0']} on; seed 1's "
+            f"GiGPO, whose training drew other rollouts from step {parts['gigpo-s1']} on, keeps {kept['gigpo-s1']} of its "
+            f"{len(pairs['gigpo-s1'][1]['episodes'])} (best doors {g1_again:.3f} against {g1_first:.3f}). Every run pulls "
+            f"one lever in every hall, both arms of a seed the same one (B in seeds 0 and 1, A in seed 2); of the "
+            f"{n_forks} forks, both seed-0 runs and seed 2's GiGPO take the right door at all, seed 1's HGPO the left "
+            f"at {left['hgpo-k-4-s1']} and its GiGPO at {left['gigpo-s1']}, seed 2's HGPO the left at "
+            f"{left['hgpo-k-4-s2']}. The rebuild reads best doors "
+            f"{s['arms'][h['arm']]['mean']:.3f} vs {s['arms'][h['baseline']]['mean']:.3f}, {c['diff']:+.3f} "
+            f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], {h['verdict']} by the registered rule, {d['mean']:+.3f} "
+            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over seeds")
 
 
 def same_episode(first: dict[str, Any], again: dict[str, Any]) -> bool:
@@ -764,7 +789,7 @@ CLAIMS: list[tuple[str, Callable[[], str]]] = [
     ("ALFWorld scorer warm-started from the searching expert", warm_verdicts),
     ("the Stratified study rebuilt", lambda: study_rebuilt("stratified-smollm2-hops")),
     ("the HA-DW study rebuilt", lambda: study_rebuilt("hadw-smollm2-hops")),
-    ("the HGPO study's rebuild so far", hgpo_study_rebuild),
+    ("the HGPO study rebuilt", hgpo_study_rebuild),
     ("board rows with transcripts", board_transcripts),
     ("SmolLM2 rows' search dependence", smollm2_search_dependence),
 ]
