@@ -325,16 +325,22 @@ def study_rebuilt(name: str) -> str:
     build's answers exactly, the rebuild's means, registered test and verdict, and its seed-level reading."""
     first, again = ROOT / "studies" / "llm" / name, ROOT / "studies" / "llm" / f"{name}-rebuilt-2026-12-05"
     s = study(f"{name}-rebuilt-2026-12-05")
-    (h,) = s["hypotheses"]
     runs = [f"{slug(label)}-s{seed}" for label in s["arms"] for seed in s["seeds_done"]]
 
     def answers_of(folder: Path, run: str) -> dict[str, tuple[str, int, float]]:
         return record_answers(_load(folder / "records" / f"{run}.json"))
 
     exact = sum(answers_of(first, r) == answers_of(again, r) for r in runs)
-    c, d = h["pooled"], h["run_level"]["seed_diff"]
     return (f"{exact} of its {len(runs)} runs give their first build's {len(answers_of(again, runs[0]))} answers exactly; "
-            f"the rebuild reads EM {s['arms'][h['arm']]['mean']:.3f} vs {s['arms'][h['baseline']]['mean']:.3f}, "
+            f"the rebuild {rule_reading(s, 'EM')}")
+
+
+def rule_reading(s: dict[str, Any], metric: str) -> str:
+    """A rebuilt study's one hypothesis as the README reads it: the arms' means, the pooled difference [CI], the
+    registered rule's verdict, and the seed-level difference [t-interval]."""
+    (h,) = s["hypotheses"]
+    c, d = h["pooled"], h["run_level"]["seed_diff"]
+    return (f"reads {metric} {s['arms'][h['arm']]['mean']:.3f} vs {s['arms'][h['baseline']]['mean']:.3f}, "
             f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], {h['verdict']} by the registered rule, "
             f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over seeds")
 
@@ -385,9 +391,6 @@ def hgpo_study_rebuild() -> str:
     left = {r: plays[r][1]["left"] for r in runs}
     assert [left[r] for r in ("gigpo-s0", "hgpo-k-4-s0", "gigpo-s2")] == [0, 0, 0]
     g1_first, g1_again = (pairs["gigpo-s1"][i]["metrics"]["best_doors"]["value"] for i in (0, 1))
-    s = study(HGPO_REBUILD)
-    (h,) = s["hypotheses"]
-    c, d = h["pooled"], h["run_level"]["seed_diff"]
     return (f"{len(exact)} of its {len(runs)} runs give their first build's {len(pairs[runs[0]][1]['episodes'])} "
             f"episodes exactly: the three HGPO runs and seed 2's GiGPO, whose training steps are all the first "
             f"build's, and seed 0's GiGPO, whose training drew other rollouts from step {parts['gigpo-s0']} on; seed 1's "
@@ -396,10 +399,7 @@ def hgpo_study_rebuild() -> str:
             f"one lever in every hall, both arms of a seed the same one (B in seeds 0 and 1, A in seed 2); of the "
             f"{n_forks} forks, both seed-0 runs and seed 2's GiGPO take the right door at all, seed 1's HGPO the left "
             f"at {left['hgpo-k-4-s1']} and its GiGPO at {left['gigpo-s1']}, seed 2's HGPO the left at "
-            f"{left['hgpo-k-4-s2']}. The rebuild reads best doors "
-            f"{s['arms'][h['arm']]['mean']:.3f} vs {s['arms'][h['baseline']]['mean']:.3f}, {c['diff']:+.3f} "
-            f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], {h['verdict']} by the registered rule, {d['mean']:+.3f} "
-            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over seeds")
+            f"{left['hgpo-k-4-s2']}. The rebuild {rule_reading(study(HGPO_REBUILD), 'best doors')}")
 
 
 def same_episode(first: dict[str, Any], again: dict[str, Any]) -> bool:
